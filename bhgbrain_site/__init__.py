@@ -1,0 +1,1 @@
+"""BHGBrain for Django: project package (settings, config, errors, HTTP, CLI)."""

@@ -1,0 +1,9 @@
+"""ASGI entry point (uvicorn): the whole server is this one app."""
+from __future__ import annotations
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bhgbrain_site.settings")
+application = get_asgi_application()

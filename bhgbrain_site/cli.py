@@ -1,0 +1,204 @@
+"""The ``bhgbrain`` command: server start/status/token, health, tool calls, manage."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from typing import Any, Sequence
+
+
+def _setup_django(config: str | None) -> None:
+    if config:
+        os.environ["BHGBRAIN_CONFIG"] = os.path.abspath(os.path.expanduser(config))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bhgbrain_site.settings")
+    import django
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        django.setup()
+    except ImproperlyConfigured as exc:
+        print(f"bhgbrain: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _banner(host: str, port: int, scheduler: bool) -> None:
+    from django.conf import settings
+
+    token_env = settings.BHGBRAIN.transport.http.bearer_token_env
+    auth = f"bearer token required (${token_env})" if os.environ.get(token_env) else f"no token (${token_env} unset): loopback only"
+    db = settings.DATABASES["default"]
+    _err(
+        "\n".join(
+            [
+                "BHGBrain server",
+                f"  listening   http://{host}:{port}  (health: /health, tools: POST /tool/<name>, admin: /admin/)",
+                f"  config      {settings.BHGBRAIN_CONFIG_PATH}",
+                f"  data        {settings.BHGBRAIN_DATA_DIR}",
+                f"  database    {db['ENGINE'].rsplit('.', 1)[-1]}: {db['NAME']}",
+                f"  logs        {settings.BHGBRAIN_LOG_DIR / 'bhgbrain.log'}",
+                f"  device id   {settings.BHGBRAIN_DEVICE_ID}",
+                f"  embeddings  {settings.BHGBRAIN.embedding.provider} ({settings.BHGBRAIN.embedding.model})",
+                f"  scheduler   {'django-q2 cluster running' if scheduler else 'disabled (--no-scheduler)'}",
+                f"  auth        {auth}",
+                "  admin login: .venv/bin/bhgbrain manage createsuperuser",
+                "               (or non-interactive: DJANGO_SUPERUSER_USERNAME=... DJANGO_SUPERUSER_EMAIL=... "
+                "DJANGO_SUPERUSER_PASSWORD=... .venv/bin/bhgbrain manage createsuperuser --noinput)",
+            ]
+        )
+    )
+
+
+def _start_scheduler() -> subprocess.Popen[bytes]:
+    """django-q2's cluster in a child process with the same config; logs go to stderr."""
+    from django_q.models import Schedule
+
+    Schedule.objects.update_or_create(
+        name="bhgbrain.vector_sync",
+        defaults={"func": "memories.tasks.vector_sync", "schedule_type": Schedule.MINUTES, "minutes": 5},
+    )
+    manage = [sys.executable, "-m", "django", "qcluster"]
+    return subprocess.Popen(manage, stdout=sys.stderr, env=os.environ.copy())
+
+
+def cmd_server_start(args: argparse.Namespace) -> int:
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from bhgbrain_site.security import StartupRefused, check_binding
+
+    http = settings.BHGBRAIN.transport.http
+    host, port = args.host or http.host, args.port or http.port
+    try:
+        for warning in check_binding(settings.BHGBRAIN, host):
+            _err("!" * 72 + "\n" + warning + "\n" + "!" * 72)
+    except StartupRefused as exc:
+        _err(str(exc))
+        return 2
+    call_command("migrate", interactive=False, verbosity=0)
+    scheduler = None if args.no_scheduler else _start_scheduler()
+    _banner(host, port, scheduler is not None)
+    import uvicorn
+
+    try:
+        uvicorn.run("bhgbrain_site.asgi:application", host=host, port=port, log_level="warning", lifespan="off")
+    finally:
+        if scheduler is not None:
+            scheduler.send_signal(signal.SIGTERM)
+            try:
+                scheduler.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                scheduler.kill()
+    return 0
+
+
+def cmd_server_status(args: argparse.Namespace) -> int:
+    from django.conf import settings
+
+    http = settings.BHGBRAIN.transport.http
+    url = f"http://{http.host}:{http.port}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - fixed local URL
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        body = json.loads(exc.read() or b"{}")
+    except (urllib.error.URLError, OSError) as exc:
+        _err(f"server not reachable at {url}: {exc}")
+        return 1
+    print(json.dumps(body, indent=2))
+    return 0 if body.get("status") in ("healthy", "degraded") else 1
+
+
+def cmd_server_token(args: argparse.Namespace) -> int:
+    print(secrets.token_hex(32))
+    return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from bhgbrain_site.health import health_snapshot
+
+    snapshot = health_snapshot()
+    print(json.dumps(snapshot, indent=2))
+    return 0 if snapshot["status"] != "unhealthy" else 1
+
+
+def _print_result(result: Any) -> None:
+    print(json.dumps(result, indent=2, ensure_ascii=False))
+
+
+def cmd_tool(args: argparse.Namespace) -> int:
+    from django.core.management import call_command
+
+    from bhgbrain_site.errors import DomainError, to_envelope
+    from mcp_bridge.registry import CallContext, call_tool
+
+    call_command("migrate", interactive=False, verbosity=0)
+    try:
+        arguments = json.loads(args.arguments)
+        _print_result(call_tool(args.name, arguments, CallContext(actor="cli")))
+    except json.JSONDecodeError:
+        _err("arguments must be a JSON object")
+        return 2
+    except DomainError as exc:
+        _print_result(to_envelope(exc)[1])
+        return 1
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    args.name, args.arguments = "forget", json.dumps({"id": args.id})
+    return cmd_tool(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bhgbrain", description="BHGBrain: a persistent memory server for AI agents")
+    parser.add_argument("--config", help="path of config.json (default: $BHGBRAIN_CONFIG or ~/.bhgbrain/config.json)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    server = sub.add_parser("server", help="run or inspect the server").add_subparsers(dest="server_command", required=True)
+    start = server.add_parser("start", help="start the HTTP server and the scheduler")
+    start.add_argument("--host")
+    start.add_argument("--port", type=int)
+    start.add_argument("--no-scheduler", action="store_true", help="do not start the django-q2 cluster")
+    start.set_defaults(func=cmd_server_start)
+    server.add_parser("status", help="query /health of the running server").set_defaults(func=cmd_server_status)
+    server.add_parser("token", help="print a new random bearer token").set_defaults(func=cmd_server_token)
+
+    sub.add_parser("health", help="full health check (in-process)").set_defaults(func=cmd_health)
+    tool = sub.add_parser("tool", help="call a tool with JSON arguments, e.g. bhgbrain tool remember '{\"content\": \"...\"}'")
+    tool.add_argument("name")
+    tool.add_argument("arguments", nargs="?", default="{}")
+    tool.set_defaults(func=cmd_tool)
+    forget = sub.add_parser("forget", help="permanently delete a memory")
+    forget.add_argument("id")
+    forget.set_defaults(func=cmd_forget)
+    sub.add_parser("manage", help="run a Django management command (e.g. createsuperuser)", add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    _setup_django(args.config)
+    if args.command == "manage":
+        from django.core.management import execute_from_command_line
+
+        execute_from_command_line(["bhgbrain manage", *rest])
+        return 0
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

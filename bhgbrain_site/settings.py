@@ -1,0 +1,168 @@
+"""Django settings: one module, driven by config.json and environment variables."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from bhgbrain_site.config import ConfigError, data_dir_for, load_config
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+try:
+    BHGBRAIN, BHGBRAIN_CONFIG_PATH = load_config()
+except ConfigError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+
+BHGBRAIN_DATA_DIR = data_dir_for(BHGBRAIN, BHGBRAIN_CONFIG_PATH)
+BHGBRAIN_DATA_DIR.mkdir(parents=True, exist_ok=True)
+BHGBRAIN_LOG_DIR = BHGBRAIN_DATA_DIR / "logs"
+BHGBRAIN_LOG_DIR.mkdir(parents=True, exist_ok=True)
+BHGBRAIN_DEVICE_ID: str = BHGBRAIN.device.id or "unknown"
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from env (or *_FILE), else a random key kept in data_dir."""
+    if os.environ.get("DJANGO_SECRET_KEY"):
+        return os.environ["DJANGO_SECRET_KEY"]
+    if os.environ.get("DJANGO_SECRET_KEY_FILE"):
+        return Path(os.environ["DJANGO_SECRET_KEY_FILE"]).read_text().strip()
+    key_file = BHGBRAIN_DATA_DIR / "secret_key"
+    if not key_file.exists():
+        from django.core.management.utils import get_random_secret_key
+
+        key_file.write_text(get_random_secret_key())
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = os.environ.get("BHGBRAIN_DEBUG") == "1"
+ALLOWED_HOSTS = ["*"]  # the bind address is the guard (loopback by default)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_q",
+    "memories",
+    "categories",
+    "retention",
+    "search",
+    "mcp_bridge",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "bhgbrain_site.security.bearer_auth_middleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "bhgbrain_site.urls"
+ASGI_APPLICATION = "bhgbrain_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database() -> dict[str, Any]:
+    """DATABASE_URL selects PostgreSQL; otherwise SQLite (WAL, busy timeout) in data_dir."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        db = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+        if not db["ENGINE"].endswith(("postgresql", "sqlite3")):
+            raise ImproperlyConfigured("DATABASE_URL must be a postgres:// or sqlite:// URL")
+        return db
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": BHGBRAIN_DATA_DIR / "bhgbrain.sqlite3",
+        "OPTIONS": {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
+        },
+        "TEST": {"NAME": str(BHGBRAIN_DATA_DIR / "test.sqlite3")},
+    }
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BHGBRAIN_DATA_DIR / "static"
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = BHGBRAIN.security.max_request_size_bytes
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {"TITLE": "BHGBrain API", "VERSION": "0.1.0"}
+
+Q_CLUSTER = {
+    "name": "bhgbrain",
+    "orm": "default",
+    "workers": 1,
+    "timeout": 600,
+    "retry": 900,
+    "catch_up": False,
+    "sync": os.environ.get("BHGBRAIN_Q_SYNC") == "1",
+}
+
+_LOG_LEVELS = {"debug": "DEBUG", "info": "INFO", "warn": "WARNING", "error": "ERROR"}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "json": {"()": "bhgbrain_site.logging.JsonFormatter"},
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    },
+    "filters": {"redact": {"()": "bhgbrain_site.logging.RedactFilter"}},
+    "handlers": {
+        # stderr only: stdout is reserved for the MCP stdio protocol.
+        "stderr": {
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stderr",
+            "formatter": "json" if BHGBRAIN.observability.structured_logging else "plain",
+            "filters": ["redact"],
+        },
+        "file": {
+            "class": "logging.handlers.RotatingFileHandler",
+            "filename": str(BHGBRAIN_LOG_DIR / "bhgbrain.log"),
+            "maxBytes": 10 * 1024 * 1024,
+            "backupCount": 3,
+            "formatter": "json" if BHGBRAIN.observability.structured_logging else "plain",
+            "filters": ["redact"],
+        },
+    },
+    "root": {"handlers": ["stderr", "file"], "level": _LOG_LEVELS[BHGBRAIN.observability.log_level]},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

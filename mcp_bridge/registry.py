@@ -1,0 +1,76 @@
+"""The tool registry: each tool defined once (input model, description, service call).
+
+Used by ``POST /tool/<name>`` now, and by the MCP server and the CLI as they land.
+A tool is registered only when its service exists.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pydantic import BaseModel, ValidationError
+
+from bhgbrain_site.errors import InvalidInput, NotFound, describe_validation_error
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Who is calling, for the audit log (``client_id``)."""
+
+    actor: str
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    input_model: type[BaseModel]
+    handler: Callable[[Any, CallContext], dict[str, Any]]
+
+    @property
+    def description(self) -> str:
+        return (self.handler.__doc__ or "").strip()
+
+
+_TOOLS: dict[str, Tool] = {}
+
+
+def tool(name: str, input_model: type[BaseModel]) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
+    """Register ``handler(params, ctx)`` under ``name``; its docstring is the description."""
+
+    def register(handler: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        _TOOLS[name] = Tool(name=name, input_model=input_model, handler=handler)
+        return handler
+
+    return register
+
+
+def get_tool(name: str) -> Tool:
+    _load_tools()
+    if name not in _TOOLS:
+        raise NotFound(f"Unknown tool: {name[:100]}")
+    return _TOOLS[name]
+
+
+def all_tools() -> list[Tool]:
+    _load_tools()
+    return list(_TOOLS.values())
+
+
+def parse_arguments(tool_: Tool, arguments: Any) -> BaseModel:
+    if not isinstance(arguments, dict):
+        raise InvalidInput("Invalid input: the arguments must be a JSON object")
+    try:
+        return tool_.input_model.model_validate(arguments)
+    except ValidationError as exc:
+        raise InvalidInput(describe_validation_error(exc)) from None
+
+
+def call_tool(name: str, arguments: Any, ctx: CallContext) -> dict[str, Any]:
+    """Validate and run one tool call; raises DomainError subclasses on failure."""
+    tool_ = get_tool(name)
+    params = parse_arguments(tool_, arguments)
+    return tool_.handler(params, ctx)
+
+
+def _load_tools() -> None:
+    from mcp_bridge import tools  # noqa: F401 - registers the tools on import

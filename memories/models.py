@@ -1,0 +1,169 @@
+"""Memory records and their companions (collections, revisions, audit, backups)."""
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class MemoryType(models.TextChoices):
+    EPISODIC = "episodic"
+    SEMANTIC = "semantic"
+    PROCEDURAL = "procedural"
+
+
+class MemorySource(models.TextChoices):
+    CLI = "cli"
+    API = "api"
+    AGENT = "agent"
+    IMPORT = "import"
+
+
+class RetentionTier(models.TextChoices):
+    T0 = "T0", "T0 — foundational"
+    T1 = "T1", "T1 — institutional"
+    T2 = "T2", "T2 — operational"
+    T3 = "T3", "T3 — transient"
+
+
+class Operation(models.TextChoices):
+    ADD = "ADD"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    NOOP = "NOOP"
+
+
+class Memory(models.Model):
+    """One memory: the seed's MemoryRecord plus its stored embedding."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    namespace = models.CharField(max_length=200)
+    collection = models.CharField(max_length=100, default="general")
+    type = models.CharField(max_length=16, choices=MemoryType.choices, default=MemoryType.SEMANTIC)
+    category = models.CharField(max_length=100, null=True, blank=True)
+    content = models.TextField()
+    summary = models.CharField(max_length=120)
+    tags = models.JSONField(default=list, blank=True)
+    source = models.CharField(max_length=16, choices=MemorySource.choices, default=MemorySource.CLI)
+    checksum = models.CharField(max_length=64)
+    importance = models.FloatField(default=0.5)
+    retention_tier = models.CharField(max_length=2, choices=RetentionTier.choices, default=RetentionTier.T2)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    decay_eligible = models.BooleanField(default=True)
+    review_due = models.DateTimeField(null=True, blank=True)
+    access_count = models.PositiveIntegerField(default=0)
+    last_accessed = models.DateTimeField(null=True, blank=True)
+    last_operation = models.CharField(max_length=8, choices=Operation.choices, default=Operation.ADD)
+    merged_from = models.CharField(max_length=36, null=True, blank=True)
+    stale = models.BooleanField(default=False)
+    archived = models.BooleanField(default=False)
+    vector_synced = models.BooleanField(default=False)
+    device_id = models.CharField(max_length=64, null=True, blank=True)
+    embedding = models.BinaryField(null=True, blank=True, editable=False)
+    embedding_model = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "memories"
+        indexes = [
+            models.Index(fields=["namespace"], name="idx_memories_namespace"),
+            models.Index(fields=["namespace", "collection"], name="idx_memories_collection"),
+            models.Index(fields=["namespace", "checksum"], name="idx_memories_checksum"),
+            models.Index(fields=["namespace", "type"], name="idx_memories_type"),
+            models.Index(fields=["category"], name="idx_memories_category"),
+            models.Index(fields=["namespace", "collection", "retention_tier"], name="idx_memories_tier"),
+            models.Index(fields=["decay_eligible", "expires_at"], name="idx_memories_expiry"),
+            models.Index(fields=["retention_tier", "review_due"], name="idx_memories_review_due"),
+            models.Index(fields=["archived"], name="idx_memories_archived"),
+            models.Index(fields=["vector_synced"], name="idx_memories_vector_sync"),
+            models.Index(fields=["namespace", "created_at", "id"], name="idx_memories_list"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["namespace", "checksum"],
+                condition=Q(archived=False),
+                name="uniq_live_memory_checksum",
+            ),
+            models.CheckConstraint(condition=Q(importance__gte=0) & Q(importance__lte=1), name="memory_importance_0_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.collection}: {self.summary}"
+
+
+class Collection(models.Model):
+    """A namespace's collection; its embedding model and dimensions are locked at creation."""
+
+    namespace = models.CharField(max_length=200)
+    name = models.CharField(max_length=100)
+    embedding_model = models.CharField(max_length=200)
+    embedding_dimensions = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "collections"
+        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="uniq_collection")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class MemoryRevision(models.Model):
+    """Append-only snapshot of a T0 memory's content taken before it is updated."""
+
+    memory_id = models.UUIDField(db_index=True)
+    revision = models.PositiveIntegerField()
+    content = models.TextField()
+    updated_at = models.DateTimeField()
+    updated_by = models.CharField(max_length=200)
+
+    class Meta:
+        db_table = "memory_revisions"
+        constraints = [models.UniqueConstraint(fields=["memory_id", "revision"], name="uniq_memory_revision")]
+
+
+class AuditLog(models.Model):
+    """One row per write, recorded in the write's own transaction."""
+
+    timestamp = models.DateTimeField(db_index=True)
+    namespace = models.CharField(max_length=200, db_index=True)
+    operation = models.CharField(max_length=32)
+    memory_id = models.UUIDField(null=True, blank=True, db_index=True)
+    client_id = models.CharField(max_length=200)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        db_table = "audit_log"
+        ordering = ["-timestamp", "-id"]
+
+
+class BackupRecord(models.Model):
+    path = models.CharField(max_length=1000, unique=True)
+    size_bytes = models.BigIntegerField()
+    memory_count = models.PositiveIntegerField()
+    checksum = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "backup_metadata"
+
+
+class VectorChange(models.Model):
+    """Change feed for vector indexes: every process's embedded index replays it to stay current.
+
+    Written in the same transaction as the memory change, so a deletion reaches every
+    index even after a crash between the DB commit and the index update.
+    """
+
+    class Op(models.TextChoices):
+        UPSERT = "upsert"
+        DELETE = "delete"
+
+    memory_id = models.UUIDField()
+    op = models.CharField(max_length=8, choices=Op.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "vector_changes"

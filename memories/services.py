@@ -1,0 +1,360 @@
+"""Memory write services: remember (normalise → secrets → dedup → tier → store) and forget."""
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
+from memories import normalize, tiers
+from memories.dedup import facts_conflict, tier_thresholds
+from memories.embeddings import Embedder, calibrate, get_embedder, to_bytes
+from memories.models import AuditLog, Collection, Memory, MemoryRevision, Operation, VectorChange
+from memories.selectors import iso
+from memories.vector_index import get_vector_index
+
+logger = logging.getLogger("bhgbrain.memories")
+
+MAX_TAGS = 20
+DEDUP_CANDIDATES = 10
+
+
+@dataclass(frozen=True)
+class RememberInput:
+    content: str
+    namespace: str
+    collection: str
+    type: str = "semantic"
+    tags: tuple[str, ...] = ()
+    category: str | None = None
+    importance: float = 0.5
+    source: str = "cli"
+    retention_tier: str | None = None
+
+
+@dataclass
+class RememberResult:
+    id: str
+    summary: str
+    type: str
+    operation: str
+    created_at: str
+    retention_tier: str
+    expires_at: str | None
+    merged_with_id: str | None = None
+    vector_synced: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "summary": self.summary,
+            "type": self.type,
+            "operation": self.operation,
+            "created_at": self.created_at,
+            "retention_tier": self.retention_tier,
+            "expires_at": self.expires_at,
+        }
+        if self.merged_with_id:
+            out["merged_with_id"] = self.merged_with_id
+        return out
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    data: RememberInput
+    content: str
+    summary: str
+    checksum: str
+    vector: np.ndarray | None
+    embedder: Embedder | None
+
+
+def _result(memory: Memory, operation: str, merged_with: str | None = None) -> RememberResult:
+    return RememberResult(
+        id=str(memory.id),
+        summary=memory.summary,
+        type=memory.type,
+        operation=operation,
+        created_at=iso(memory.created_at),
+        retention_tier=memory.retention_tier,
+        expires_at=iso(memory.expires_at),
+        merged_with_id=merged_with,
+        vector_synced=memory.vector_synced,
+    )
+
+
+def _live_duplicate(namespace: str, checksum: str) -> Memory | None:
+    return Memory.objects.filter(namespace=namespace, checksum=checksum, archived=False).first()
+
+
+def _embed_or_degrade(content: str) -> tuple[np.ndarray | None, Embedder | None]:
+    """Embed the passage; without an embedder, fall back or refuse per the pipeline config."""
+    embedder = get_embedder()
+    try:
+        if embedder is None:
+            raise EmbeddingUnavailable("No embedding provider is configured")
+        return embedder.embed_passage(content), embedder
+    except EmbeddingUnavailable:
+        if not settings.BHGBRAIN.pipeline.fallback_to_threshold_dedup:
+            raise
+        logger.warning("embedding unavailable: checksum-only dedup, memory stored with vector_synced=false")
+        return None, embedder
+
+
+def _ensure_collection(namespace: str, name: str, embedder: Embedder | None) -> None:
+    """Create the collection on first use; its embedding model is locked (mismatch → CONFLICT)."""
+    model = embedder.model_id if embedder else ""
+    dims = embedder.dimensions if embedder else 0
+    collection, created = Collection.objects.get_or_create(
+        namespace=namespace, name=name, defaults={"embedding_model": model, "embedding_dimensions": dims}
+    )
+    if created or embedder is None:
+        return
+    if not collection.embedding_model:
+        Collection.objects.filter(pk=collection.pk).update(embedding_model=model, embedding_dimensions=dims)
+    elif (collection.embedding_model, collection.embedding_dimensions) != (model, dims):
+        raise Conflict(
+            f'Collection "{name}" uses {collection.embedding_model} ({collection.embedding_dimensions} dims); '
+            f"the configured model is {model} ({dims} dims). Create a new collection."
+        )
+
+
+def _prepare(data: RememberInput) -> _Prepared:
+    content = normalize.normalize_content(data.content)
+    if not content:
+        raise InvalidInput("content: must not be empty after normalization")
+    normalize.reject_secrets(content)
+    vector, embedder = (None, None)
+    return _Prepared(
+        data=data,
+        content=content,
+        summary=normalize.make_summary(content),
+        checksum=normalize.checksum(content),
+        vector=vector,
+        embedder=embedder,
+    )
+
+
+def _find_semantic_match(prep: _Prepared, now: datetime) -> tuple[Memory, str] | None:
+    """Top-10 of the collection; the best candidate past its tier's threshold decides."""
+    index = get_vector_index()
+    if prep.vector is None or prep.embedder is None or index is None:
+        return None
+    hits = index.search(
+        prep.vector, namespace=prep.data.namespace, collection=prep.data.collection,
+        limit=DEDUP_CANDIDATES, now=now,
+    )
+    if not hits:
+        return None
+    found = Memory.objects.in_bulk([h.memory_id for h in hits])
+    base = settings.BHGBRAIN.deduplication.similarity_threshold
+    for hit in hits:
+        candidate = found.get(uuid.UUID(hit.memory_id))
+        if candidate is None or candidate.archived:
+            continue
+        similarity = float(calibrate(hit.cosine, prep.embedder.curve))
+        limits = tier_thresholds(candidate.retention_tier, base)
+        if similarity < limits.update or facts_conflict(candidate.content, prep.content):
+            continue
+        return candidate, (Operation.NOOP if similarity >= limits.noop else Operation.UPDATE)
+    return None
+
+
+def _audit(memory: Memory, operation: str, actor: str, now: datetime, details: dict[str, Any]) -> None:
+    AuditLog.objects.create(
+        timestamp=now, namespace=memory.namespace, operation=operation,
+        memory_id=memory.id, client_id=actor, details=details,
+    )
+
+
+def _after_commit_index(memory: Memory) -> None:
+    """Update this process's index after commit; a failure leaves vector_synced=false."""
+
+    def sync() -> None:
+        index = get_vector_index()
+        if index is None:
+            return
+        try:
+            index.upsert(memory)
+        except Exception:  # noqa: BLE001 - any index failure must only flag the row, never lose it
+            logger.exception("vector index upsert failed for %s", memory.id)
+            Memory.objects.filter(pk=memory.pk).update(vector_synced=False)
+
+    transaction.on_commit(sync)
+
+
+def _apply_vector(memory: Memory, prep: _Prepared) -> None:
+    if prep.vector is not None and prep.embedder is not None:
+        memory.embedding = to_bytes(prep.vector)
+        memory.embedding_model = prep.embedder.model_id
+        memory.vector_synced = True
+    else:
+        memory.vector_synced = False
+
+
+def _insert(prep: _Prepared, actor: str, now: datetime) -> Memory:
+    data = prep.data
+    tier = tiers.assign_tier(
+        content=prep.content, tags=list(data.tags), source=data.source, memory_type=data.type,
+        category=data.category, explicit_tier=data.retention_tier,
+    )
+    meta = tiers.tier_metadata(tier, anchor=now, ttl=settings.BHGBRAIN.retention.tier_ttl)
+    memory = Memory(
+        namespace=data.namespace, collection=data.collection, type=data.type, category=data.category,
+        content=prep.content, summary=prep.summary, tags=list(dict.fromkeys(data.tags)),
+        source=data.source, checksum=prep.checksum, importance=data.importance,
+        retention_tier=tier, expires_at=meta.expires_at, decay_eligible=meta.decay_eligible,
+        review_due=meta.review_due, last_operation=Operation.ADD, device_id=settings.BHGBRAIN_DEVICE_ID,
+        created_at=now, updated_at=now,
+    )
+    _apply_vector(memory, prep)
+    memory.save(force_insert=True)
+    _audit(memory, "ADD", actor, now, {"tier": tier, "collection": data.collection, "source": data.source})
+    if memory.embedding is not None:
+        VectorChange.objects.create(memory_id=memory.id, op=VectorChange.Op.UPSERT)
+    _after_commit_index(memory)
+    return memory
+
+
+def _snapshot_revision(memory: Memory, actor: str, now: datetime) -> None:
+    latest = MemoryRevision.objects.filter(memory_id=memory.id).aggregate(m=Max("revision"))["m"] or 0
+    MemoryRevision.objects.create(
+        memory_id=memory.id, revision=latest + 1, content=memory.content, updated_at=now, updated_by=actor
+    )
+
+
+def _merge_tags(existing: list[str], incoming: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    merged = list(dict.fromkeys([*existing, *incoming]))
+    return merged[:MAX_TAGS], merged[MAX_TAGS:]
+
+
+def _update(target: Memory, prep: _Prepared, actor: str, now: datetime) -> Memory:
+    """UPDATE merge: tags ∪, content replaced, importance max, tier/expiry recomputed."""
+    data = prep.data
+    if target.retention_tier == "T0":
+        _snapshot_revision(target, actor, now)
+    classified = tiers.assign_tier(
+        content=prep.content, tags=[*target.tags, *data.tags], source=data.source, memory_type=data.type,
+        category=data.category or target.category, explicit_tier=data.retention_tier,
+    )
+    # An explicit tier wins; otherwise a merge never demotes (demotion needs explicit intent).
+    tier = classified if data.retention_tier else tiers.more_durable(target.retention_tier, classified)
+    meta = tiers.tier_metadata(tier, anchor=now, ttl=settings.BHGBRAIN.retention.tier_ttl)
+    previous = {"checksum": target.checksum, "tier": target.retention_tier, "summary": target.summary}
+    target.tags, dropped = _merge_tags(target.tags, data.tags)
+    target.content, target.summary, target.checksum = prep.content, prep.summary, prep.checksum
+    target.importance = max(target.importance, data.importance)
+    target.category = data.category or target.category
+    target.retention_tier, target.expires_at = tier, meta.expires_at
+    target.decay_eligible, target.review_due = meta.decay_eligible, meta.review_due
+    target.last_operation, target.merged_from, target.updated_at = Operation.UPDATE, str(target.id), now
+    _apply_vector(target, prep)
+    target.save()
+    _audit(target, "UPDATE", actor, now, {"previous": previous, "tier": tier, "tags_dropped": dropped})
+    VectorChange.objects.create(memory_id=target.id, op=VectorChange.Op.UPSERT)
+    _after_commit_index(target)
+    return target
+
+
+def _write(prep: _Prepared, actor: str) -> RememberResult:
+    now = timezone.now()
+    match = _find_semantic_match(prep, now) if settings.BHGBRAIN.deduplication.enabled else None
+    if match and match[1] == Operation.NOOP:
+        return _result(match[0], Operation.NOOP)
+    with transaction.atomic():
+        duplicate = _live_duplicate(prep.data.namespace, prep.checksum)
+        if duplicate is not None:
+            return _result(duplicate, Operation.NOOP)
+        if match:
+            target = Memory.objects.select_for_update().filter(pk=match[0].pk, archived=False).first()
+            if target is not None:
+                updated = _update(target, prep, actor, now)
+                return _result(updated, Operation.UPDATE, merged_with=str(updated.id))
+        return _result(_insert(prep, actor, now), Operation.ADD)
+
+
+def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
+    """Store content with normalisation, secret rejection, two-stage dedup and tier assignment.
+
+    Returns ADD (new memory), UPDATE (merged into a near-duplicate, ``merged_with_id``)
+    or NOOP (exact or near duplicate; the existing id). Identical concurrent writes
+    produce one memory: the partial unique index on live (namespace, checksum) decides.
+    """
+    prep = _prepare(data)
+    existing = _live_duplicate(data.namespace, prep.checksum)
+    if existing is not None:
+        return _result(existing, Operation.NOOP)
+    vector, embedder = _embed_or_degrade(prep.content)
+    prep = _Prepared(prep.data, prep.content, prep.summary, prep.checksum, vector, embedder)
+    _ensure_collection(data.namespace, data.collection, embedder if vector is not None else None)
+    try:
+        return _write(prep, actor)
+    except IntegrityError:
+        duplicate = _live_duplicate(data.namespace, prep.checksum)
+        if duplicate is None:
+            raise
+        return _result(duplicate, Operation.NOOP)
+
+
+def _parse_uuid(value: str, field_name: str = "id") -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidInput(f"{field_name}: must be a UUID") from None
+
+
+def memory_forget(*, memory_id: str, namespace: str | None, actor: str) -> dict[str, Any]:
+    """Permanently delete one live memory (scoped to ``namespace`` when given)."""
+    pk = _parse_uuid(memory_id)
+    with transaction.atomic():
+        rows = Memory.objects.select_for_update().filter(pk=pk, archived=False)
+        if namespace is not None:
+            rows = rows.filter(namespace=namespace)
+        memory = rows.first()
+        if memory is None:
+            raise NotFound(f"Memory {pk} not found")
+        now = timezone.now()
+        _audit(memory, "FORGET", actor, now, {"summary": memory.summary, "tier": memory.retention_tier})
+        VectorChange.objects.create(memory_id=memory.id, op=VectorChange.Op.DELETE)
+        memory.delete()
+
+        def drop() -> None:
+            index = get_vector_index()
+            if index is not None:
+                index.delete(str(pk))
+
+        transaction.on_commit(drop)
+    return {"deleted": True, "id": str(pk)}
+
+
+def memories_vector_sync(*, limit: int = 500) -> dict[str, int]:
+    """Embed and index memories left with vector_synced=false (degraded writes, index failures)."""
+    embedder = get_embedder()
+    if embedder is None:
+        return {"synced": 0, "failed": 0, "pending": Memory.objects.filter(vector_synced=False, archived=False).count()}
+    synced = failed = 0
+    for memory in Memory.objects.filter(vector_synced=False, archived=False).order_by("created_at")[:limit]:
+        try:
+            if memory.embedding is None or memory.embedding_model != embedder.model_id:
+                vector = embedder.embed_passage(memory.content)
+                memory.embedding, memory.embedding_model = to_bytes(vector), embedder.model_id
+        except EmbeddingUnavailable:
+            failed += 1
+            break
+        with transaction.atomic():
+            memory.vector_synced = True
+            memory.save(update_fields=["embedding", "embedding_model", "vector_synced"])
+            VectorChange.objects.create(memory_id=memory.id, op=VectorChange.Op.UPSERT)
+            _after_commit_index(memory)
+        synced += 1
+    pending = Memory.objects.filter(vector_synced=False, archived=False).count()
+    return {"synced": synced, "failed": failed, "pending": pending}

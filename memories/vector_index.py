@@ -1,0 +1,209 @@
+"""Vector index interface and the embedded (in-process, exact cosine) implementation.
+
+The DB is the only store: each process's embedded index loads the stored float32
+vectors lazily and replays the ``VectorChange`` feed before every search, so writes
+made by other processes (server, scheduler, CLI) are seen without any shared memory.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+import numpy as np
+
+from memories.embeddings import from_bytes
+from memories.models import Memory, VectorChange
+
+_INF = math.inf
+
+
+@dataclass(frozen=True)
+class VectorHit:
+    memory_id: str
+    cosine: float
+
+
+def live_until(memory: Memory) -> float:
+    """One number that makes "alive" a single range test: expiry epoch, or +inf."""
+    if not memory.decay_eligible or memory.expires_at is None:
+        return _INF
+    return memory.expires_at.timestamp()
+
+
+class VectorIndex(Protocol):
+    def upsert(self, memory: Memory) -> None: ...
+
+    def delete(self, memory_id: str) -> None: ...
+
+    def search(
+        self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime
+    ) -> list[VectorHit]: ...
+
+    def health(self) -> tuple[str, str]: ...
+
+
+class EmbeddedVectorIndex:
+    """Exact cosine search with numpy over rows filtered by namespace, collection and expiry."""
+
+    _GROW = 1024
+
+    def __init__(self, model_id: str, dimensions: int) -> None:
+        self.model_id = model_id
+        self.dimensions = dimensions
+        self._lock = threading.RLock()
+        self._loaded = False
+        self._last_change = 0
+        self._reset_arrays()
+
+    def _reset_arrays(self) -> None:
+        self._rows: dict[str, int] = {}
+        self._ids: list[str | None] = []
+        self._free: list[int] = []
+        self._matrix = np.zeros((0, self.dimensions), dtype=np.float32)
+        self._ns = np.zeros(0, dtype=np.int32)
+        self._coll = np.zeros(0, dtype=np.int32)
+        self._live = np.zeros(0, dtype=np.float64)
+        self._codes: dict[str, int] = {}
+
+    def _code(self, key: str) -> int:
+        return self._codes.setdefault(key, len(self._codes))
+
+    def _grow(self) -> None:
+        extra = max(self._GROW, len(self._ids))
+        self._matrix = np.vstack([self._matrix, np.zeros((extra, self.dimensions), dtype=np.float32)])
+        self._ns = np.concatenate([self._ns, np.full(extra, -1, dtype=np.int32)])
+        self._coll = np.concatenate([self._coll, np.full(extra, -1, dtype=np.int32)])
+        self._live = np.concatenate([self._live, np.zeros(extra, dtype=np.float64)])
+        start = len(self._ids)
+        self._ids.extend([None] * extra)
+        self._free.extend(range(len(self._ids) - 1, start - 1, -1))
+
+    def _put(self, memory_id: str, vector: np.ndarray, namespace: str, collection: str, until: float) -> None:
+        row = self._rows.get(memory_id)
+        if row is None:
+            if not self._free:
+                self._grow()
+            row = self._free.pop()
+            self._rows[memory_id] = row
+            self._ids[row] = memory_id
+        self._matrix[row] = vector
+        self._ns[row] = self._code("n:" + namespace)
+        self._coll[row] = self._code("c:" + collection)
+        self._live[row] = until
+
+    def _drop(self, memory_id: str) -> None:
+        row = self._rows.pop(memory_id, None)
+        if row is not None:
+            self._ids[row] = None
+            self._ns[row] = -1
+            self._free.append(row)
+
+    def _indexable(self, memory: Memory) -> bool:
+        return (
+            not memory.archived
+            and memory.embedding is not None
+            and memory.embedding_model == self.model_id
+        )
+
+    def _put_memory(self, memory: Memory) -> None:
+        if self._indexable(memory):
+            vector = from_bytes(memory.embedding)
+            if vector.shape[0] == self.dimensions:
+                self._put(str(memory.id), vector, memory.namespace, memory.collection, live_until(memory))
+                return
+        self._drop(str(memory.id))
+
+    _FIELDS = ("id", "namespace", "collection", "expires_at", "decay_eligible", "archived", "embedding", "embedding_model")
+
+    def _load(self) -> None:
+        self._last_change = VectorChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        rows = Memory.objects.filter(archived=False, embedding_model=self.model_id, embedding__isnull=False)
+        for memory in rows.only(*self._FIELDS).iterator(chunk_size=2000):
+            self._put_memory(memory)
+        self._loaded = True
+
+    def _catch_up(self) -> None:
+        if not self._loaded:
+            self._load()
+            return
+        changes = list(
+            VectorChange.objects.filter(id__gt=self._last_change).order_by("id").values_list("id", "memory_id")
+        )
+        if not changes:
+            return
+        self._last_change = changes[-1][0]
+        ids = {memory_id for _, memory_id in changes}
+        found = {m.id: m for m in Memory.objects.filter(id__in=ids).only(*self._FIELDS)}
+        for memory_id in ids:
+            memory = found.get(memory_id)
+            if memory is None:
+                self._drop(str(memory_id))
+            else:
+                self._put_memory(memory)
+
+    def upsert(self, memory: Memory) -> None:
+        with self._lock:
+            if self._loaded:
+                self._put_memory(memory)
+
+    def delete(self, memory_id: str) -> None:
+        with self._lock:
+            self._drop(str(memory_id))
+
+    def search(
+        self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime
+    ) -> list[VectorHit]:
+        with self._lock:
+            self._catch_up()
+            ns_code = self._codes.get("n:" + namespace)
+            if ns_code is None:
+                return []
+            candidates = np.flatnonzero(self._ns == ns_code)
+            if collection is not None:
+                coll_code = self._codes.get("c:" + collection, -2)
+                candidates = candidates[self._coll[candidates] == coll_code]
+            candidates = candidates[self._live[candidates] > now.timestamp()]
+            if candidates.size == 0:
+                return []
+            scores = self._matrix[candidates] @ np.asarray(vector, dtype=np.float32)
+            top = min(limit, scores.size)
+            best = np.argpartition(-scores, top - 1)[:top]
+            best = best[np.argsort(-scores[best], kind="stable")]
+            return [VectorHit(self._ids[candidates[i]], float(scores[i])) for i in best]
+
+    def size(self) -> int:
+        with self._lock:
+            self._catch_up()
+            return len(self._rows)
+
+    def health(self) -> tuple[str, str]:
+        state = f"{len(self._rows)} vectors loaded" if self._loaded else "loads on first search"
+        return "healthy", f"embedded exact cosine ({state})"
+
+
+_index: VectorIndex | None = None
+_index_lock = threading.Lock()
+
+
+def get_vector_index() -> VectorIndex | None:
+    """The configured index for the current embedder, or None in degraded mode."""
+    global _index
+    from memories.embeddings import get_embedder
+
+    embedder = get_embedder()
+    if embedder is None:
+        return None
+    with _index_lock:
+        stale = _index is None or getattr(_index, "model_id", None) != embedder.model_id
+        if stale:
+            _index = EmbeddedVectorIndex(embedder.model_id, embedder.dimensions)
+        return _index
+
+
+def reset_vector_index() -> None:
+    global _index
+    with _index_lock:
+        _index = None
