@@ -31,7 +31,7 @@ def _err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _banner(host: str, port: int, scheduler: bool) -> None:
+def _banner(host: str, port: int, scheduler: int | None) -> None:
     from django.conf import settings
 
     token_env = settings.BHGBRAIN.transport.http.bearer_token_env
@@ -48,7 +48,7 @@ def _banner(host: str, port: int, scheduler: bool) -> None:
                 f"  logs        {settings.BHGBRAIN_LOG_DIR / 'bhgbrain.log'}",
                 f"  device id   {settings.BHGBRAIN_DEVICE_ID}",
                 f"  embeddings  {settings.BHGBRAIN.embedding.provider} ({settings.BHGBRAIN.embedding.model})",
-                f"  scheduler   {'django-q2 cluster running' if scheduler else 'disabled (--no-scheduler)'}",
+                f"  scheduler   {f'django-q2 cluster (pid {scheduler})' if scheduler else 'disabled (--no-scheduler)'}",
                 f"  auth        {auth}",
                 "  admin login: .venv/bin/bhgbrain manage createsuperuser",
                 "               (or non-interactive: DJANGO_SUPERUSER_USERNAME=... DJANGO_SUPERUSER_EMAIL=... "
@@ -70,6 +70,10 @@ def _start_scheduler() -> subprocess.Popen[bytes]:
     return subprocess.Popen(manage, stdout=sys.stderr, env=os.environ.copy())
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def cmd_server_start(args: argparse.Namespace) -> int:
     from django.conf import settings
     from django.core.management import call_command
@@ -86,9 +90,12 @@ def cmd_server_start(args: argparse.Namespace) -> int:
         return 2
     call_command("migrate", interactive=False, verbosity=0)
     scheduler = None if args.no_scheduler else _start_scheduler()
-    _banner(host, port, scheduler is not None)
+    _banner(host, port, scheduler.pid if scheduler else None)
     import uvicorn
 
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the previous handler:
+    # make that handler an orderly exit so the scheduler child is stopped too.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         uvicorn.run("bhgbrain_site.asgi:application", host=host, port=port, log_level="warning", lifespan="off")
     finally:

@@ -10,16 +10,20 @@ SECRET_MESSAGE = "Content appears to contain credentials or secrets. Memory reje
 SUMMARY_MAX = 120
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CRLF_RE = re.compile(r"\r+\n")
 _TRAILING_WS_RE = re.compile(r"[ \t]+$", re.MULTILINE)
 _BLANK_RUN_RE = re.compile(r"\n{3,}")
 
 _KEY_NAMES = r"(?:api[_-]?key|apikey|access[_-]?key|secret(?:[_-]?key)?|client[_-]?secret|token|auth[_-]?token|access[_-]?token|password|passwd|pwd)"
 SECRET_PATTERNS: dict[str, re.Pattern[str]] = {
     # key=value assignments: any value of 4+ non-space characters.
-    "assignment": re.compile(rf"\b{_KEY_NAMES}\s*=\s*[\"']?[^\s\"'=]{{4,}}", re.IGNORECASE),
-    # key: value (YAML / prose): only values that look machine-made (8+ chars with a digit).
+    # The key name may be the tail of an env-var style name (DB_PASSWORD=, OPENAI_API_KEY=):
+    # "_" is a word character, so \b would never fire there; only letters/digits may precede it.
+    "assignment": re.compile(rf"(?<![A-Za-z0-9]){_KEY_NAMES}\s*=\s*[\"']?[^\s\"'=]{{4,}}", re.IGNORECASE),
+    # key: value (YAML / JSON / prose): only values that look machine-made (8+ chars with a digit).
+    # The optional quote after the name covers JSON keys ("password": "...").
     "colon_assignment": re.compile(
-        rf"\b{_KEY_NAMES}\s*:\s*[\"']?(?=[^\s\"']*\d)[^\s\"']{{8,}}", re.IGNORECASE
+        rf"(?<![A-Za-z0-9]){_KEY_NAMES}[\"']?\s*:\s*[\"']?(?=[^\s\"']*\d)[^\s\"']{{8,}}", re.IGNORECASE
     ),
     "aws_access_key_id": re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     "github_token": re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
@@ -31,7 +35,7 @@ SECRET_PATTERNS: dict[str, re.Pattern[str]] = {
 def normalize_content(content: str) -> str:
     """The seed's five steps: controls, CRLF, trailing blanks, blank runs, trim."""
     text = _CONTROL_RE.sub("", content)
-    text = text.replace("\r\n", "\n")
+    text = _CRLF_RE.sub("\n", text)  # \r+\n, so that normalising twice changes nothing
     text = _TRAILING_WS_RE.sub("", text)
     text = _BLANK_RUN_RE.sub("\n\n", text)
     return text.strip()

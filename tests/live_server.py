@@ -1,0 +1,83 @@
+"""Start the real server (``bhgbrain server start``) in a subprocess for HTTP tests."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The test process's env without the test settings and DB URL: the server uses its own SQLite."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "BHGBRAIN_CONFIG")}
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class LiveServer:
+    home: Path
+    config: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    scheduler: bool = False
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.home / "config.json"
+
+    def command(self, *extra: str) -> list[str]:
+        args = [sys.executable, "-m", "bhgbrain_site.cli", f"--config={self.config_path}", "server", "start", f"--port={self.port}"]
+        if not self.scheduler:
+            args.append("--no-scheduler")
+        return args + list(extra)
+
+    def start(self, timeout: float = 60) -> "LiveServer":
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(json.dumps(self.config))
+        log = open(self.home / "server.stderr", "w")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, text=True, env=server_env(self.env))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {(self.home / 'server.stderr').read_text()}")
+            try:
+                httpx.get(self.url + "/health", timeout=2)
+                return self
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise RuntimeError("server did not start in time")
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def post(self, tool: str, body: Any = None, *, raw: bytes | None = None, headers: dict[str, str] | None = None) -> httpx.Response:
+        content = raw if raw is not None else json.dumps(body).encode()
+        return httpx.post(f"{self.url}/tool/{tool}", content=content, headers={"content-type": "application/json", **(headers or {})}, timeout=60)
+
+    def stderr(self) -> str:
+        return (self.home / "server.stderr").read_text()

@@ -1,0 +1,167 @@
+"""Embedding providers and the calibrated similarity scale."""
+from __future__ import annotations
+
+import json
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from bhgbrain_site.config import EmbeddingConfig
+from bhgbrain_site.errors import EmbeddingUnavailable
+from memories.dedup import tier_thresholds
+from memories.embeddings import (
+    E5_SMALL_CURVE,
+    IDENTITY_CURVE,
+    LocalE5Embedder,
+    OpenAIEmbedder,
+    build_embedder,
+    calibrate,
+    from_bytes,
+    to_bytes,
+)
+
+
+def _sim(e5: LocalE5Embedder, a: str, b: str) -> float:
+    return float(calibrate(float(e5.embed_passage(a) @ e5.embed_passage(b)), e5.curve))
+
+
+def test_calibration_curve_is_monotone_and_bounded() -> None:
+    xs = np.linspace(-1, 1, 2001)
+    ys = calibrate(xs, E5_SMALL_CURVE)
+    assert ys.min() == 0.0 and ys.max() == 1.0
+    assert np.all(np.diff(ys) >= 0)
+    assert float(calibrate(0.5, IDENTITY_CURVE)) == 0.5
+
+
+def test_local_model_is_offline_normalised_and_384_dims(e5: LocalE5Embedder) -> None:
+    vector = e5.embed_passage("Our auth service uses JWT with 1h expiry")
+    assert vector.shape == (384,) and vector.dtype == np.float32
+    assert abs(float(np.linalg.norm(vector)) - 1.0) < 1e-4
+    assert np.array_equal(from_bytes(to_bytes(vector)), vector)
+    # query and passage use different e5 prefixes
+    assert not np.allclose(e5.embed_query("JWT expiry"), e5.embed_passage("JWT expiry"))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Our auth service uses JWT with 1h expiry", "Our authentication service uses JWTs that expire after one hour"),
+        ("Alice owns the billing service", "The billing service is owned by Alice"),
+        ("Deploys happen every Tuesday afternoon", "We deploy every Tuesday afternoon"),
+    ],
+)
+def test_paraphrases_reach_the_update_threshold(e5: LocalE5Embedder, a: str, b: str) -> None:
+    assert _sim(e5, a, b) >= tier_thresholds("T2", 0.92).update
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Our auth service uses JWT with 1h expiry", "The cafeteria serves pizza on Fridays"),
+        ("The database uses PostgreSQL 15 with logical replication", "Sprint 14 retrospective: we will add integration tests"),
+        ("Melanie painted a sunrise over the lake last year", "The API rate limit is 100 requests per minute per IP"),
+    ],
+)
+def test_unrelated_texts_are_far_below_dedup(e5: LocalE5Embedder, a: str, b: str) -> None:
+    assert _sim(e5, a, b) < 0.8
+
+
+def test_min_score_separates_relevant_from_unrelated_queries(e5: LocalE5Embedder) -> None:
+    memory = e5.embed_passage("Authentication uses JWT tokens signed with RS256; keys rotate every 90 days")
+    relevant = float(calibrate(float(e5.embed_query("how are auth tokens signed?") @ memory), e5.curve))
+    unrelated = float(calibrate(float(e5.embed_query("what did we eat at the team lunch?") @ memory), e5.curve))
+    assert relevant >= 0.6 > unrelated
+
+
+def test_near_identical_text_reaches_noop(e5: LocalE5Embedder) -> None:
+    assert _sim(e5, "The production database is PostgreSQL 15", "the production database is PostgreSQL 15") >= 0.98
+
+
+def test_build_embedder_per_provider() -> None:
+    assert isinstance(build_embedder(EmbeddingConfig()), LocalE5Embedder)
+    assert isinstance(build_embedder(EmbeddingConfig(provider="openai", model="text-embedding-3-small", dimensions=1536)), OpenAIEmbedder)
+    assert build_embedder(EmbeddingConfig(provider="none")) is None
+
+
+class FakeOpenAI:
+    """A real HTTP server on loopback speaking the OpenAI embeddings API (the mocked boundary)."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict, dict]] = []
+        self.status = 200
+        self.embedding = [3.0, 4.0, 0, 0, 0, 0, 0, 0]
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server API
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                fake.requests.append((dict(self.headers), body))
+                if fake.status != 200:
+                    payload = {"error": {"message": "bad key", "type": "invalid_request_error"}}
+                else:
+                    payload = {"object": "list", "model": body["model"],
+                               "data": [{"object": "embedding", "index": 0, "embedding": fake.embedding}],
+                               "usage": {"prompt_tokens": 1, "total_tokens": 1}}
+                raw = json.dumps(payload).encode()
+                self.send_response(fake.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    fake = FakeOpenAI()
+    yield fake
+    fake.server.shutdown()
+
+
+def _openai(monkeypatch: pytest.MonkeyPatch, url: str, dims: int = 8) -> OpenAIEmbedder:
+    monkeypatch.setenv("TEST_OPENAI_KEY", "sk-test")
+    return OpenAIEmbedder(EmbeddingConfig(provider="openai", model="text-embedding-3-small", dimensions=dims,
+                                          api_key_env="TEST_OPENAI_KEY", base_url=url))
+
+
+def test_openai_embeddings_over_http(monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI) -> None:
+    vector = _openai(monkeypatch, fake_openai.url).embed_passage("hello world")
+    headers, sent = fake_openai.requests[-1]
+    assert sent["model"] == "text-embedding-3-small" and sent["dimensions"] == 8 and sent["input"] == ["hello world"]
+    assert {k.lower(): v for k, v in headers.items()}["authorization"] == "Bearer sk-test"
+    assert np.allclose(vector[:2], [0.6, 0.8])
+
+
+def test_openai_errors_become_embedding_unavailable(monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI) -> None:
+    fake_openai.status = 401
+    with pytest.raises(EmbeddingUnavailable):
+        _openai(monkeypatch, fake_openai.url).embed_query("hello")
+
+
+def test_openai_wrong_dimensions_are_rejected(monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI) -> None:
+    fake_openai.embedding = [1.0, 0.0]
+    with pytest.raises(EmbeddingUnavailable):
+        _openai(monkeypatch, fake_openai.url).embed_query("hello")
+
+
+def test_openai_unreachable_is_embedding_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(EmbeddingUnavailable):
+        _openai(monkeypatch, "http://127.0.0.1:9/v1").embed_query("hello")
+
+
+def test_openai_without_key_is_degraded_without_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_SUCH_KEY_ENV", raising=False)
+    embedder = OpenAIEmbedder(EmbeddingConfig(provider="openai", api_key_env="NO_SUCH_KEY_ENV"))
+    assert embedder.health()[0] == "degraded"
+    with pytest.raises(EmbeddingUnavailable):
+        embedder.embed_passage("x")  # refused before any connection: no base_url could be reached anyway
