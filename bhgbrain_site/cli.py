@@ -81,6 +81,9 @@ def cmd_server_start(args: argparse.Namespace) -> int:
     from bhgbrain_site.security import StartupRefused, check_binding
 
     http = settings.BHGBRAIN.transport.http
+    if not http.enabled:
+        _err("transport.http.enabled is false: the HTTP server is disabled in the config.")
+        return 2
     host, port = args.host or http.host, args.port or http.port
     try:
         for warning in check_binding(settings.BHGBRAIN, host):
