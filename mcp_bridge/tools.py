@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from mcp_bridge.registry import CallContext, tool
 from memories import services
+from search import services as search_services
 
 Namespace = Annotated[str, StringConstraints(pattern=r"^[a-zA-Z0-9/-]{1,200}$")]
 CollectionName = Annotated[str, StringConstraints(pattern=r"^[a-zA-Z0-9-]{1,100}$")]
@@ -56,6 +57,59 @@ def remember(params: RememberParams, ctx: CallContext) -> dict[str, Any]:
         retention_tier=params.retention_tier,
     )
     return services.memory_remember(data=data, actor=ctx.actor).as_dict()
+
+
+Query = Annotated[str, StringConstraints(min_length=1, max_length=500)]
+
+
+class RecallParams(_Input):
+    query: Query
+    namespace: Namespace | None = None
+    collection: CollectionName | None = None
+    type: MemoryType | None = None
+    tags: list[Tag] | None = Field(default=None, max_length=20)
+    limit: int | None = Field(default=None, ge=1, le=20)
+    min_score: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
+class SearchParams(_Input):
+    query: Query
+    namespace: Namespace | None = None
+    collection: CollectionName | None = None
+    mode: Literal["semantic", "fulltext", "hybrid"] = "hybrid"
+    limit: int = Field(default=10, ge=1, le=50)
+
+
+@tool("recall", RecallParams)
+def recall(params: RecallParams, ctx: CallContext) -> dict[str, Any]:
+    """Recall the memories most relevant to a query by meaning (semantic search), across
+    every collection of the namespace unless one is given. Only results whose calibrated
+    similarity reaches min_score (default 0.6) are returned; optional type and tags
+    (any-match) filters. Returned memories count as accessed (sliding expiry, promotion)."""
+    defaults = settings.BHGBRAIN.defaults
+    return search_services.recall_run(
+        query=params.query,
+        namespace=params.namespace or defaults.namespace,
+        collection=params.collection,
+        memory_type=params.type,
+        tags=params.tags,
+        limit=params.limit or defaults.recall_limit,
+        min_score=defaults.min_score if params.min_score is None else params.min_score,
+    )
+
+
+@tool("search", SearchParams)
+def search(params: SearchParams, ctx: CallContext) -> dict[str, Any]:
+    """Search memories by hybrid (default: BM25 full-text fused with semantic similarity),
+    fulltext or semantic mode, up to 50 results, optionally within one collection. Works in
+    any language (Chinese is segmented). Returned memories count as accessed."""
+    return search_services.search_run(
+        query=params.query,
+        namespace=params.namespace or settings.BHGBRAIN.defaults.namespace,
+        collection=params.collection,
+        mode=params.mode,
+        limit=params.limit,
+    )
 
 
 @tool("forget", ForgetParams)

@@ -21,6 +21,7 @@ from memories.embeddings import Embedder, calibrate, get_embedder, to_bytes
 from memories.models import AuditLog, Collection, Memory, MemoryRevision, Operation, VectorChange
 from memories.selectors import iso
 from memories.vector_index import get_vector_index
+from search import fulltext
 
 logger = logging.getLogger("bhgbrain.memories")
 
@@ -218,6 +219,7 @@ def _insert(prep: _Prepared, actor: str, now: datetime) -> Memory:
     )
     _apply_vector(memory, prep)
     memory.save(force_insert=True)
+    fulltext.index_memory(memory)
     _audit(memory, "ADD", actor, now, {"tier": tier, "collection": data.collection, "source": data.source})
     if memory.embedding is not None:
         VectorChange.objects.create(memory_id=memory.id, op=VectorChange.Op.UPSERT)
@@ -259,6 +261,7 @@ def _update(target: Memory, prep: _Prepared, actor: str, now: datetime) -> Memor
     target.last_operation, target.merged_from, target.updated_at = Operation.UPDATE, str(target.id), now
     _apply_vector(target, prep)
     target.save()
+    fulltext.index_memory(target)
     _audit(target, "UPDATE", actor, now, {"previous": previous, "tier": tier, "tags_dropped": dropped})
     VectorChange.objects.create(memory_id=target.id, op=VectorChange.Op.UPSERT)
     _after_commit_index(target)
@@ -339,6 +342,7 @@ def memory_forget(*, memory_id: str, namespace: str | None, actor: str) -> dict[
         now = timezone.now()
         _audit(memory, "FORGET", actor, now, {"summary": memory.summary, "tier": memory.retention_tier})
         VectorChange.objects.create(memory_id=memory.id, op=VectorChange.Op.DELETE)
+        fulltext.remove_memory(memory.id)
         memory.delete()
 
         def drop() -> None:

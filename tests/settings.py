@@ -12,3 +12,4 @@ os.environ.pop("BHGBRAIN_TOKEN", None)
 from bhgbrain_site.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+BHGBRAIN_ACCESS_FLUSH_THREAD = False  # tests flush explicitly in their own thread/connection

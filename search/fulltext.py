@@ -1,0 +1,182 @@
+"""Ranked full-text (BM25) on SQLite FTS5 and on PostgreSQL (tsvector + GIN).
+
+Both backends index the output of :func:`search.text.analyze` (CJK segmented, stemmed,
+stopwords dropped), so the query side applies the same analyzer and every query term is a
+plain word quoted into the backend's syntax: user strings cannot break or inject a query.
+The index is written inside the caller's transaction (memories.services), so it never
+disagrees with the memories table.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+
+from memories.models import Memory
+from search.text import analyze, analyze_query
+
+# BM25 field weights (content, summary, tags): chosen on the retrieval benchmark.
+W_CONTENT, W_SUMMARY, W_TAGS = 1.0, 0.0, 2.0
+K1, B = 1.2, 0.75
+
+
+@dataclass(frozen=True)
+class TextHit:
+    memory_id: str
+    score: float  # BM25, higher is better
+
+
+def fts_rowid(memory_id: uuid.UUID | str) -> int:
+    """A stable signed 64-bit rowid derived from the uuid (O(log n) updates and deletes)."""
+    raw = memory_id.bytes if isinstance(memory_id, uuid.UUID) else uuid.UUID(str(memory_id)).bytes
+    return int.from_bytes(raw[:8], "big", signed=True)
+
+
+def _fields(memory: Memory) -> tuple[str, str, str]:
+    tags = " ".join(t.replace("-", " ") for t in memory.tags)
+    return " ".join(analyze(memory.content)), " ".join(analyze(memory.summary)), " ".join(analyze(tags))
+
+
+def _sqlite_index(memory: Memory) -> None:
+    content, summary, tags = _fields(memory)
+    rowid = fts_rowid(memory.id)
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM memories_fts WHERE rowid = %s", [rowid])
+        cursor.execute(
+            "INSERT INTO memories_fts (rowid, content, summary, tags, memory_id) VALUES (%s, %s, %s, %s, %s)",
+            [rowid, content, summary, tags, memory.id.hex],
+        )
+
+
+def _pg_index(memory: Memory) -> None:
+    content, summary, tags = _fields(memory)
+    # Field weights by repetition: tags count twice, the summary (first line) is not re-counted.
+    tokens = content.split() + tags.split() * int(W_TAGS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """INSERT INTO memory_search (memory_id, tokens, ntokens, document)
+               VALUES (%s, %s, %s, to_tsvector('simple', %s))
+               ON CONFLICT (memory_id) DO UPDATE
+               SET tokens = EXCLUDED.tokens, ntokens = EXCLUDED.ntokens, document = EXCLUDED.document""",
+            [memory.id, tokens, len(tokens), " ".join(tokens)],
+        )
+
+
+def index_memory(memory: Memory) -> None:
+    """(Re)index one memory; call inside the write's transaction."""
+    if memory.archived:
+        remove_memory(memory.id)
+    elif connection.vendor == "sqlite":
+        _sqlite_index(memory)
+    else:
+        _pg_index(memory)
+
+
+def remove_memory(memory_id: uuid.UUID | str) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("DELETE FROM memories_fts WHERE rowid = %s", [fts_rowid(memory_id)])
+        else:
+            cursor.execute("DELETE FROM memory_search WHERE memory_id = %s", [str(memory_id)])
+
+
+def _alive_sql(alias: str) -> str:
+    return f"{alias}.archived = %s AND ({alias}.decay_eligible = %s OR {alias}.expires_at > %s)"
+
+
+def _alive_params(now: datetime) -> list[object]:
+    return [False, False, connection.ops.adapt_datetimefield_value(now)]
+
+
+def _fts5_query(terms: list[str]) -> str:
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def _sqlite_search(terms: list[str], namespace: str, collection: str | None, now: datetime, limit: int) -> list[TextHit]:
+    sql = (
+        "SELECT f.memory_id, bm25(memories_fts, %s, %s, %s) AS rank FROM memories_fts f "
+        "JOIN memories m ON m.id = f.memory_id "
+        f"WHERE memories_fts MATCH %s AND m.namespace = %s AND {_alive_sql('m')}"
+    )
+    params: list[object] = [W_CONTENT, W_SUMMARY, W_TAGS, _fts5_query(terms), namespace, *_alive_params(now)]
+    if collection is not None:
+        sql += " AND m.collection = %s"
+        params.append(collection)
+    sql += " ORDER BY rank LIMIT %s"
+    params.append(limit)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [TextHit(str(uuid.UUID(row[0])), -float(row[1])) for row in cursor.fetchall()]
+
+
+class _AvgLengthCache:
+    """avgdl per namespace for PostgreSQL BM25, refreshed at most every 60 s."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, namespace: str) -> float:
+        with self._lock:
+            cached = self._values.get(namespace)
+        if cached and time.monotonic() - cached[1] < 60:
+            return cached[0]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT COALESCE(AVG(s.ntokens), 1), COUNT(*) FROM memory_search s JOIN memories m ON m.id = s.memory_id "
+                "WHERE m.namespace = %s",
+                [namespace],
+            )
+            avg, _count = cursor.fetchone()
+        with self._lock:
+            self._values[namespace] = (float(avg) or 1.0, time.monotonic())
+        return float(avg) or 1.0
+
+
+_avgdl = _AvgLengthCache()
+
+
+def _pg_search(terms: list[str], namespace: str, collection: str | None, now: datetime, limit: int) -> list[TextHit]:
+    filters = f"m.namespace = %s AND {_alive_sql('m')}"
+    params: list[object] = [namespace, *_alive_params(now)]
+    if collection is not None:
+        filters += " AND m.collection = %s"
+        params.append(collection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT t.term, (SELECT COUNT(*) FROM memory_search s JOIN memories m ON m.id = s.memory_id "
+            "WHERE m.namespace = %s AND s.document @@ to_tsquery('simple', quote_literal(t.term))) "
+            "FROM unnest(%s::text[]) AS t(term)",
+            [namespace, terms],
+        )
+        df = dict(cursor.fetchall())
+        cursor.execute("SELECT COUNT(*) FROM memories m WHERE m.namespace = %s AND m.archived = %s", [namespace, False])
+        n_docs = max(int(cursor.fetchone()[0]), 1)
+        idf = [math.log(1 + (n_docs - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in terms]
+        tsquery = " | ".join("'" + t.replace("'", "''") + "'" for t in terms)
+        cursor.execute(
+            f"""WITH q(term, idf) AS (SELECT * FROM unnest(%s::text[], %s::float8[])),
+            cand AS (SELECT s.memory_id, s.tokens, s.ntokens FROM memory_search s JOIN memories m ON m.id = s.memory_id
+                     WHERE s.document @@ to_tsquery('simple', %s) AND {filters})
+            SELECT cand.memory_id, SUM(q.idf * tf.n * (%s + 1) / (tf.n + %s * (1 - %s + %s * cand.ntokens / %s))) AS score
+            FROM cand CROSS JOIN q
+            CROSS JOIN LATERAL (SELECT COALESCE(cardinality(array_positions(cand.tokens, q.term)), 0)::float8 AS n) tf
+            WHERE tf.n > 0 GROUP BY cand.memory_id ORDER BY score DESC LIMIT %s""",
+            [terms, idf, tsquery, *params, K1, K1, B, B, _avgdl.get(namespace), limit],
+        )
+        return [TextHit(str(row[0]), float(row[1])) for row in cursor.fetchall()]
+
+
+def search(query: str, *, namespace: str, collection: str | None, now: datetime, limit: int) -> list[TextHit]:
+    """BM25-ranked live memories of the namespace matching any query term, best first."""
+    terms = analyze_query(query)
+    if not terms:
+        return []
+    if connection.vendor == "sqlite":
+        return _sqlite_search(terms, namespace, collection, now, limit)
+    return _pg_search(terms, namespace, collection, now, limit)

@@ -1,0 +1,38 @@
+"""Full-text index tables: FTS5 on SQLite, tsvector + GIN on PostgreSQL; backfill existing rows."""
+from __future__ import annotations
+
+from django.db import migrations
+
+SQLITE_CREATE = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5("
+    "content, summary, tags, memory_id UNINDEXED, tokenize = 'unicode61 remove_diacritics 2')"
+)
+PG_CREATE = [
+    """CREATE TABLE IF NOT EXISTS memory_search (
+        memory_id uuid PRIMARY KEY REFERENCES memories(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
+        tokens text[] NOT NULL,
+        ntokens integer NOT NULL,
+        document tsvector NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS memory_search_document_gin ON memory_search USING GIN (document)",
+]
+
+
+def create(apps, schema_editor) -> None:  # noqa: ANN001
+    statements = [SQLITE_CREATE] if schema_editor.connection.vendor == "sqlite" else PG_CREATE
+    for sql in statements:
+        schema_editor.execute(sql)
+    from search import fulltext
+
+    Memory = apps.get_model("memories", "Memory")  # noqa: N806 - historical model
+    for memory in Memory.objects.using(schema_editor.connection.alias).filter(archived=False).iterator():
+        fulltext.index_memory(memory)
+
+
+def drop(apps, schema_editor) -> None:  # noqa: ANN001
+    table = "memories_fts" if schema_editor.connection.vendor == "sqlite" else "memory_search"
+    schema_editor.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+class Migration(migrations.Migration):
+    dependencies = [("memories", "0001_initial")]
+    operations = [migrations.RunPython(create, drop)]

@@ -1,0 +1,222 @@
+"""Search and recall: full-text (BM25), semantic (calibrated cosine) and hybrid fusion.
+
+Hybrid = weighted score fusion of the two ranked lists (see docs/retrieval.md for the
+formula and the measurements behind every constant), then two bounded priors: the T0
+boost and importance, applied multiplicatively so they reorder close results without
+swamping relevance.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Literal
+
+import numpy as np
+from django.conf import settings
+from django.utils import timezone
+
+from bhgbrain_site.errors import EmbeddingUnavailable
+from memories.embeddings import calibrate, get_embedder
+from memories.models import Memory
+from memories.selectors import iso
+from memories.vector_index import VectorHit, get_vector_index
+from search import fulltext
+
+Mode = Literal["semantic", "fulltext", "hybrid"]
+
+
+@dataclass(frozen=True)
+class HybridParams:
+    """Fusion constants (defaults chosen on the retrieval benchmark, docs/retrieval.md)."""
+
+    semantic_weight: float = 0.5
+    fulltext_weight: float = 0.5
+    depth: int = 50  # candidates fetched from each side
+    fusion: Literal["rrf", "minmax", "zscore"] = "zscore"
+    rrf_k: int = 60
+    t0_boost: float = 0.10  # ×1.10 for T0
+    importance_weight: float = 0.10  # ×(1 + 0.10·(importance − 0.5)): ±5 %
+
+
+@dataclass
+class Scored:
+    memory_id: str
+    score: float = 0.0
+    semantic: float | None = None  # calibrated cosine, 0..1
+    fulltext: float | None = None  # BM25 / best BM25 of the query, 0..1
+    memory: Memory | None = field(default=None, repr=False)
+
+
+def default_params() -> HybridParams:
+    weights = settings.BHGBRAIN.search.hybrid_weights
+    return HybridParams(semantic_weight=weights.semantic, fulltext_weight=weights.fulltext)
+
+
+# --- the two sides -----------------------------------------------------------------------
+
+
+def semantic_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]:
+    """Vector search over every collection of the namespace unless one is given."""
+    embedder = get_embedder()
+    index = get_vector_index()
+    if embedder is None or index is None:
+        raise EmbeddingUnavailable("No embedding provider is available for semantic search")
+    vector = embedder.embed_query(query)
+    hits: list[VectorHit] = index.search(vector, namespace=namespace, collection=collection, limit=limit, now=now)
+    calibrated = calibrate(np.array([h.cosine for h in hits]), embedder.curve) if hits else []
+    return [Scored(h.memory_id, float(c), semantic=float(c)) for h, c in zip(hits, calibrated)]
+
+
+def fulltext_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]:
+    hits = fulltext.search(query, namespace=namespace, collection=collection, now=now, limit=limit)
+    best = max((h.score for h in hits), default=0.0) or 1.0
+    return [Scored(h.memory_id, h.score / best, fulltext=h.score / best) for h in hits]
+
+
+# --- fusion ------------------------------------------------------------------------------
+
+
+def _normalise(values: list[float], method: str) -> list[float]:
+    if not values:
+        return []
+    arr = np.asarray(values, dtype=np.float64)
+    if method == "zscore":
+        std = arr.std()
+        z = (arr - arr.mean()) / std if std > 1e-9 else np.zeros_like(arr)
+        return list(1 / (1 + np.exp(-z)))  # squash to 0..1 so a missing side counts as 0
+    low, high = arr.min(), arr.max()
+    return list((arr - low) / (high - low)) if high - low > 1e-12 else [1.0] * len(values)
+
+
+def _side_contributions(hits: list[Scored], raw: list[float], params: HybridParams) -> list[float]:
+    if params.fusion == "rrf":
+        return [1.0 / (params.rrf_k + rank) for rank in range(1, len(hits) + 1)]
+    return _normalise(raw, params.fusion)
+
+
+def fuse(semantic: list[Scored], text: list[Scored], params: HybridParams) -> list[Scored]:
+    """Weighted fusion of two best-first lists; an item missing from one side gets 0 there."""
+    merged: dict[str, Scored] = {}
+    sides = (
+        (semantic, [h.semantic or 0.0 for h in semantic], params.semantic_weight),
+        (text, [h.fulltext or 0.0 for h in text], params.fulltext_weight),
+    )
+    for hits, raw, weight in sides:
+        for hit, contribution in zip(hits, _side_contributions(hits, raw, params)):
+            item = merged.setdefault(hit.memory_id, Scored(hit.memory_id))
+            item.score += weight * contribution
+            item.semantic = hit.semantic if hit.semantic is not None else item.semantic
+            item.fulltext = hit.fulltext if hit.fulltext is not None else item.fulltext
+    if params.fusion == "rrf":  # scale to 0..1: the best possible RRF score is 1/(k+1)
+        for item in merged.values():
+            item.score *= params.rrf_k + 1
+    return sorted(merged.values(), key=lambda s: s.score, reverse=True)
+
+
+def apply_priors(items: list[Scored], params: HybridParams) -> list[Scored]:
+    """T0 boost and importance as bounded multipliers (documented in docs/retrieval.md)."""
+    for item in items:
+        memory = item.memory
+        if memory is None:
+            continue
+        factor = 1.0 + params.importance_weight * (memory.importance - 0.5)
+        if memory.retention_tier == "T0":
+            factor *= 1.0 + params.t0_boost
+        item.score = float(min(1.0, item.score * factor))
+    return sorted(items, key=lambda s: s.score, reverse=True)
+
+
+# --- loading and shaping -------------------------------------------------------------------
+
+
+def _attach(items: list[Scored], *, namespace: str, now: datetime) -> list[Scored]:
+    """Load the rows; re-check namespace, archive and expiry on the DB side."""
+    rows = Memory.objects.in_bulk([uuid.UUID(i.memory_id) for i in items])
+    kept = []
+    for item in items:
+        memory = rows.get(uuid.UUID(item.memory_id))
+        if memory is None or memory.archived or memory.namespace != namespace:
+            continue
+        if memory.decay_eligible and memory.expires_at is not None and memory.expires_at <= now:
+            continue
+        item.memory = memory
+        kept.append(item)
+    return kept
+
+
+def result_dict(item: Scored, *, now: datetime) -> dict[str, Any]:
+    """The seed's recall/search result, plus fulltext_score, device_id, namespace, collection."""
+    memory = item.memory
+    assert memory is not None
+    warning = timedelta(days=settings.BHGBRAIN.retention.pre_expiry_warning_days)
+    expiring = bool(memory.decay_eligible and memory.expires_at and memory.expires_at - now <= warning)
+    return {
+        "id": str(memory.id),
+        "namespace": memory.namespace,
+        "collection": memory.collection,
+        "content": memory.content,
+        "summary": memory.summary,
+        "type": memory.type,
+        "tags": list(memory.tags),
+        "category": memory.category,
+        "importance": memory.importance,
+        "score": round(item.score, 6),
+        "semantic_score": None if item.semantic is None else round(item.semantic, 6),
+        "fulltext_score": None if item.fulltext is None else round(item.fulltext, 6),
+        "retention_tier": memory.retention_tier,
+        "expires_at": iso(memory.expires_at),
+        "expiring_soon": expiring,
+        "created_at": iso(memory.created_at),
+        "last_accessed": iso(memory.last_accessed),
+        "device_id": memory.device_id,
+    }
+
+
+# --- public selectors ----------------------------------------------------------------------
+
+
+def memories_search(
+    *, query: str, namespace: str, collection: str | None, mode: Mode, limit: int,
+    params: HybridParams | None = None, now: datetime | None = None,
+) -> list[Scored]:
+    """search: semantic | fulltext | hybrid; hybrid falls back to full-text without an embedder."""
+    now = now or timezone.now()
+    params = params or default_params()
+    if mode == "fulltext":
+        items = fulltext_hits(query, namespace=namespace, collection=collection, limit=limit, now=now)
+        return _attach(items, namespace=namespace, now=now)[:limit]
+    if mode == "semantic":
+        items = semantic_hits(query, namespace=namespace, collection=collection, limit=limit, now=now)
+        return _attach(items, namespace=namespace, now=now)[:limit]
+    depth = max(params.depth, limit)
+    text = fulltext_hits(query, namespace=namespace, collection=collection, limit=depth, now=now)
+    try:
+        semantic = semantic_hits(query, namespace=namespace, collection=collection, limit=depth, now=now)
+    except EmbeddingUnavailable:
+        semantic = []  # degrade silently to full-text
+    fused = _attach(fuse(semantic, text, params), namespace=namespace, now=now)
+    return apply_priors(fused, params)[:limit]
+
+
+def _matches(memory: Memory, memory_type: str | None, tags: Iterable[str] | None) -> bool:
+    if memory_type and memory.type != memory_type:
+        return False
+    return not tags or bool(set(tags) & set(memory.tags))
+
+
+def memories_recall(
+    *, query: str, namespace: str, collection: str | None, memory_type: str | None,
+    tags: list[str] | None, limit: int, min_score: float, now: datetime | None = None,
+) -> list[Scored]:
+    """Semantic recall gated by min_score; type/tags filters go deeper until limit is met."""
+    now = now or timezone.now()
+    depth = max(limit * 4, 20)
+    while True:
+        hits = semantic_hits(query, namespace=namespace, collection=collection, limit=depth, now=now)
+        passing = [h for h in hits if (h.semantic or 0.0) >= min_score]
+        chosen = [h for h in _attach(passing, namespace=namespace, now=now) if _matches(h.memory, memory_type, tags)]
+        exhausted = len(hits) < depth or len(passing) < len(hits)
+        if len(chosen) >= limit or exhausted:
+            return chosen[:limit]
+        depth *= 4

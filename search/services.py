@@ -1,0 +1,36 @@
+"""Read-path operations with their side effect: results returned to a caller count as accesses."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from memories.selectors import iso
+from retention.services import memories_touch
+from search.selectors import Mode, Scored, memories_recall, memories_search, result_dict
+
+
+def _deliver(items: list[Scored]) -> dict[str, Any]:
+    now = timezone.now()
+    results = [result_dict(item, now=now) for item in items]
+    for result in results:
+        result["last_accessed"] = iso(now)  # this retrieval is an access
+    memories_touch(memory_ids=[r["id"] for r in results], at=now)
+    return {"results": results}
+
+
+def search_run(*, query: str, namespace: str, collection: str | None, mode: Mode, limit: int) -> dict[str, Any]:
+    """The search tool: ranked results; each returned memory is tracked as accessed."""
+    return _deliver(memories_search(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit))
+
+
+def recall_run(
+    *, query: str, namespace: str, collection: str | None, memory_type: str | None,
+    tags: list[str] | None, limit: int, min_score: float,
+) -> dict[str, Any]:
+    """The recall tool: semantic results above min_score; each is tracked as accessed."""
+    items = memories_recall(
+        query=query, namespace=namespace, collection=collection, memory_type=memory_type,
+        tags=tags, limit=limit, min_score=min_score,
+    )
+    return _deliver(items)
