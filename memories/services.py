@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
 from memories import normalize, tiers
-from memories.dedup import facts_conflict, tier_thresholds
+from memories.dedup import Relation, compare, tier_thresholds
 from memories.embeddings import Embedder, calibrate, get_embedder, to_bytes
 from memories.models import AuditLog, Collection, Memory, MemoryRevision, Operation, VectorChange
 from memories.selectors import iso
@@ -95,7 +95,8 @@ def _result(memory: Memory, operation: str, merged_with: str | None = None) -> R
 
 
 def _live_duplicate(namespace: str, checksum: str) -> Memory | None:
-    return Memory.objects.filter(namespace=namespace, checksum=checksum, archived=False).first()
+    rows = Memory.objects.filter(namespace=namespace, checksum=checksum, archived=False).defer("embedding")
+    return next(iter(rows[:1]), None)
 
 
 def _embed_or_degrade(content: str) -> tuple[np.ndarray | None, Embedder | None]:
@@ -146,7 +147,12 @@ def _prepare(data: RememberInput) -> _Prepared:
 
 
 def _find_semantic_match(prep: _Prepared, now: datetime) -> tuple[Memory, str] | None:
-    """Top-10 of the collection; the best candidate past its tier's threshold decides."""
+    """Top-10 of the collection; the best candidate past its tier's threshold decides.
+
+    Past the threshold the fact guard (memories.dedup.compare) has the last word: a
+    substitution is a different fact (skip the candidate), a subset changes nothing
+    (NOOP), an elaboration is an UPDATE, the same words are NOOP or UPDATE by similarity.
+    """
     index = get_vector_index()
     if prep.vector is None or prep.embedder is None or index is None:
         return None
@@ -156,7 +162,7 @@ def _find_semantic_match(prep: _Prepared, now: datetime) -> tuple[Memory, str] |
     )
     if not hits:
         return None
-    found = Memory.objects.in_bulk([h.memory_id for h in hits])
+    found = Memory.objects.defer("embedding").in_bulk([h.memory_id for h in hits])
     base = settings.BHGBRAIN.deduplication.similarity_threshold
     for hit in hits:
         candidate = found.get(uuid.UUID(hit.memory_id))
@@ -164,9 +170,14 @@ def _find_semantic_match(prep: _Prepared, now: datetime) -> tuple[Memory, str] |
             continue
         similarity = float(calibrate(hit.cosine, prep.embedder.curve))
         limits = tier_thresholds(candidate.retention_tier, base)
-        if similarity < limits.update or facts_conflict(candidate.content, prep.content):
+        if similarity < limits.update:
             continue
-        return candidate, (Operation.NOOP if similarity >= limits.noop else Operation.UPDATE)
+        relation = compare(candidate.content, prep.content)
+        if relation is Relation.CONFLICT:
+            continue
+        if relation is Relation.ELABORATES or (relation is Relation.SAME and similarity < limits.noop):
+            return candidate, Operation.UPDATE
+        return candidate, Operation.NOOP
     return None
 
 
@@ -177,7 +188,11 @@ def _audit(memory: Memory, operation: str, actor: str, now: datetime, details: d
     )
 
 
-def _after_commit_index(memory: Memory) -> None:
+def _record_vector_change(memory: Memory, op: str) -> int:
+    return VectorChange.objects.create(memory_id=memory.id, op=op).pk
+
+
+def _after_commit_index(memory: Memory, change_id: int | None = None) -> None:
     """Update this process's index after commit; a failure leaves vector_synced=false."""
 
     def sync() -> None:
@@ -185,7 +200,7 @@ def _after_commit_index(memory: Memory) -> None:
         if index is None:
             return
         try:
-            index.upsert(memory)
+            index.upsert(memory, change_id=change_id)
         except Exception:  # noqa: BLE001 - any index failure must only flag the row, never lose it
             logger.exception("vector index upsert failed for %s", memory.id)
             Memory.objects.filter(pk=memory.pk).update(vector_synced=False)
@@ -221,9 +236,8 @@ def _insert(prep: _Prepared, actor: str, now: datetime) -> Memory:
     memory.save(force_insert=True)
     fulltext.index_memory(memory)
     _audit(memory, "ADD", actor, now, {"tier": tier, "collection": data.collection, "source": data.source})
-    if memory.embedding is not None:
-        VectorChange.objects.create(memory_id=memory.id, op=VectorChange.Op.UPSERT)
-    _after_commit_index(memory)
+    change_id = _record_vector_change(memory, VectorChange.Op.UPSERT) if memory.embedding is not None else None
+    _after_commit_index(memory, change_id)
     return memory
 
 
@@ -263,8 +277,7 @@ def _update(target: Memory, prep: _Prepared, actor: str, now: datetime) -> Memor
     target.save()
     fulltext.index_memory(target)
     _audit(target, "UPDATE", actor, now, {"previous": previous, "tier": tier, "tags_dropped": dropped})
-    VectorChange.objects.create(memory_id=target.id, op=VectorChange.Op.UPSERT)
-    _after_commit_index(target)
+    _after_commit_index(target, _record_vector_change(target, VectorChange.Op.UPSERT))
     return target
 
 
@@ -273,8 +286,7 @@ def _wants_tier_change(prep: _Prepared, memory: Memory) -> bool:
     return bool(prep.data.retention_tier) and prep.data.retention_tier != memory.retention_tier
 
 
-def _decide(prep: _Prepared, now: datetime) -> tuple[Memory, str] | None:
-    duplicate = _live_duplicate(prep.data.namespace, prep.checksum)
+def _decide(prep: _Prepared, duplicate: Memory | None, now: datetime) -> tuple[Memory, str] | None:
     if duplicate is not None:
         return duplicate, Operation.NOOP
     if not settings.BHGBRAIN.deduplication.enabled:
@@ -282,9 +294,9 @@ def _decide(prep: _Prepared, now: datetime) -> tuple[Memory, str] | None:
     return _find_semantic_match(prep, now)
 
 
-def _write(prep: _Prepared, actor: str) -> RememberResult:
+def _write(prep: _Prepared, duplicate: Memory | None, actor: str) -> RememberResult:
     now = timezone.now()
-    match = _decide(prep, now)
+    match = _decide(prep, duplicate, now)
     if match and match[1] == Operation.NOOP and not _wants_tier_change(prep, match[0]):
         return _result(match[0], Operation.NOOP)
     with transaction.atomic():
@@ -314,7 +326,7 @@ def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
     prep = dataclasses.replace(prep, vector=vector, embedder=embedder)
     _ensure_collection(data.namespace, data.collection, embedder if vector is not None else None)
     try:
-        return _write(prep, actor)
+        return _write(prep, existing, actor)
     except IntegrityError:
         duplicate = _live_duplicate(data.namespace, prep.checksum)
         if duplicate is None:
@@ -371,8 +383,7 @@ def memories_vector_sync(*, limit: int = 500) -> dict[str, int]:
         with transaction.atomic():
             memory.vector_synced = True
             memory.save(update_fields=["embedding", "embedding_model", "vector_synced"])
-            VectorChange.objects.create(memory_id=memory.id, op=VectorChange.Op.UPSERT)
-            _after_commit_index(memory)
+            _after_commit_index(memory, _record_vector_change(memory, VectorChange.Op.UPSERT))
         synced += 1
     pending = Memory.objects.filter(vector_synced=False, archived=False).count()
     return {"synced": synced, "failed": failed, "pending": pending}

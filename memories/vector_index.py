@@ -34,7 +34,7 @@ def live_until(memory: Memory) -> float:
 
 
 class VectorIndex(Protocol):
-    def upsert(self, memory: Memory) -> None: ...
+    def upsert(self, memory: Memory, *, change_id: int | None = None) -> None: ...
 
     def delete(self, memory_id: str) -> None: ...
 
@@ -56,6 +56,7 @@ class EmbeddedVectorIndex:
         self._lock = threading.RLock()
         self._loaded = False
         self._last_change = 0
+        self._applied: set[int] = set()  # change ids this process already applied itself
         self._reset_arrays()
 
     def _reset_arrays(self) -> None:
@@ -135,7 +136,10 @@ class EmbeddedVectorIndex:
         if not changes:
             return
         self._last_change = changes[-1][0]
-        ids = {memory_id for _, memory_id in changes}
+        ids = {memory_id for change_id, memory_id in changes if change_id not in self._applied}
+        self._applied.difference_update(change_id for change_id, _ in changes)
+        if not ids:
+            return
         found = {m.id: m for m in Memory.objects.filter(id__in=ids).only(*self._FIELDS)}
         for memory_id in ids:
             memory = found.get(memory_id)
@@ -144,10 +148,12 @@ class EmbeddedVectorIndex:
             else:
                 self._put_memory(memory)
 
-    def upsert(self, memory: Memory) -> None:
+    def upsert(self, memory: Memory, *, change_id: int | None = None) -> None:
         with self._lock:
             if self._loaded:
                 self._put_memory(memory)
+                if change_id is not None and change_id > self._last_change:
+                    self._applied.add(change_id)
 
     def delete(self, memory_id: str) -> None:
         with self._lock:

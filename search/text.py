@@ -51,7 +51,8 @@ def _segmenter():  # noqa: ANN202 - jieba has no stubs
 
 
 @functools.lru_cache(maxsize=50_000)
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
+    """Snowball (Porter2) English stem of one lower-case word."""
     with _stem_lock:
         return _stemmer.stemWord(word)
 
@@ -84,7 +85,7 @@ def analyze(text: str) -> list[str]:
     for word in _split(text):
         if word in STOPWORDS:
             continue
-        tokens.append(word if _CJK_RE.search(word) or word.isdigit() else _stem(word))
+        tokens.append(word if _CJK_RE.search(word) or word.isdigit() else stem(word))
     return tokens
 
 

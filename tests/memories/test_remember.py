@@ -99,6 +99,9 @@ def test_near_identical_is_noop(e5) -> None:
         ("The API rate limit is 100 requests per minute", "The API rate limit is 1000 requests per minute"),
         ("Authentication uses JWT tokens signed with RS256", "Authentication uses JWT tokens signed with HS256"),
         ("We use Redis for caching session data", "We use Redis as the Celery message broker"),
+        ("Quentin likes reviewing PRs, revisited in the autumn", "Chen likes reviewing PRs, revisited in the spring"),
+        ("Bug in the search indexer: it drops the last batch", "Bug in the image resizer: it drops the last batch"),
+        ("For the offsite, order sushi for the whole team", "For the offsite, order oat milk for the whole team"),
     ],
 )
 def test_different_facts_about_the_same_subject_never_merge(e5, existing: str, incoming: str) -> None:
@@ -107,6 +110,21 @@ def test_different_facts_about_the_same_subject_never_merge(e5, existing: str, i
     assert second.operation == "ADD"
     assert second.id != first.id
     assert Memory.objects.get(pk=first.id).content == existing
+
+
+def test_a_subset_of_a_stored_memory_is_noop_and_loses_nothing(e5) -> None:
+    richer = "Our staging cluster runs Kubernetes 1.29 on three nodes in eu-west-1"
+    first = remember(richer)
+    again = remember("Our staging cluster runs Kubernetes 1.29 on three nodes")
+    assert (again.operation, again.id) == ("NOOP", first.id)
+    assert Memory.objects.get(pk=first.id).content == richer
+
+
+def test_an_elaboration_updates(e5) -> None:
+    first = remember("The mobile release ships on Monday")
+    richer = remember("The mobile release ships on Monday at noon")
+    assert (richer.operation, richer.id) == ("UPDATE", first.id)
+    assert Memory.objects.get(pk=first.id).content.endswith("at noon")
 
 
 def test_unrelated_content_is_added(e5) -> None:

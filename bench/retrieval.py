@@ -1,0 +1,193 @@
+"""Retrieval benchmark on the LoCoMo dev half in ../shared/eval (never copied into this repo).
+
+    .venv/bin/python bench/retrieval.py [--eval DIR] [--modes fulltext,semantic,hybrid] [--sweep]
+
+Loads every conversation turn as a memory through the product's own write service
+(one namespace per conversation, semantic dedup off), then asks every question through
+the product's own search selectors and reports recall@5, recall@10 and MRR@10 per mode and
+per question category. The ingested store is cached under bench/results/ (keyed by the
+data and analyzer) so reruns skip the ~2 minutes of embedding. ``--sweep`` re-fuses cached
+candidate lists offline to compare fusion settings.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+STORE_VERSION = "4"  # bump when the analyzer or stored fields change
+
+
+def _load(eval_dir: Path) -> tuple[list[dict], list[dict]]:
+    memories = [json.loads(x) for x in (eval_dir / "locomo_memories.jsonl").open(encoding="utf-8")]
+    queries = [json.loads(x) for x in (eval_dir / "locomo_queries.jsonl").open(encoding="utf-8")]
+    return memories, queries
+
+
+def _store_dir(eval_dir: Path) -> Path:
+    digest = hashlib.sha256((eval_dir / "locomo_memories.jsonl").read_bytes()).hexdigest()[:12]
+    return ROOT / "bench" / "results" / f"retrieval-store-{digest}-v{STORE_VERSION}"
+
+
+def _setup_django(store: Path) -> None:
+    store.mkdir(parents=True, exist_ok=True)
+    config = store / "config.json"
+    if not config.exists():
+        config.write_text(json.dumps({"deduplication": {"enabled": False}, "device": {"id": "bench"}}))
+    os.environ["BHGBRAIN_CONFIG"] = str(config)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bhgbrain_site.settings"
+    os.environ.pop("DATABASE_URL", None)
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def _ingest(memories: list[dict], store: Path) -> dict[str, list[str]]:
+    """memory uuid → turn uids; ingests only what is missing."""
+    from memories.services import RememberInput, memory_remember
+
+    mapping_file = store / "mapping.json"
+    mapping: dict[str, list[str]] = json.loads(mapping_file.read_text()) if mapping_file.exists() else {}
+    done = {uid for uids in mapping.values() for uid in uids}
+    todo = [m for m in memories if m["uid"] not in done]
+    started = time.perf_counter()
+    for i, memory in enumerate(todo, 1):
+        result = memory_remember(
+            data=RememberInput(content=memory["text"], namespace=memory["sample_id"], collection="general"), actor="bench"
+        )
+        mapping.setdefault(result.id, [])
+        if memory["uid"] not in mapping[result.id]:  # identical turns share one memory
+            mapping[result.id].append(memory["uid"])
+        if i % 250 == 0 or i == len(todo):
+            mapping_file.write_text(json.dumps(mapping))
+            print(f"  ingested {i}/{len(todo)} ({i / (time.perf_counter() - started):.1f}/s)", file=sys.stderr)
+    return mapping
+
+
+def _score(gold: list[str], ranked: list[str]) -> dict[str, float]:
+    gold_set = set(gold)
+    out = {f"recall@{k}": sum(1 for r in ranked[:k] if r in gold_set) / len(gold_set) for k in (1, 5, 10)}
+    out["mrr@10"] = next((1.0 / (i + 1) for i, r in enumerate(ranked[:10]) if r in gold_set), 0.0)
+    return out
+
+
+def _report(name: str, per_query: list[tuple[int, dict[str, float]]]) -> dict[str, Any]:
+    metrics = ("recall@5", "recall@10", "mrr@10")
+    groups: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for category, scores in per_query:
+        groups["all"].append(scores)
+        groups[CATEGORIES[category]].append(scores)
+    table = {g: {m: sum(s[m] for s in rows) / len(rows) for m in metrics} | {"n": len(rows)} for g, rows in groups.items()}
+    line = "  ".join(f"{m} {table['all'][m]:.3f}" for m in metrics)
+    print(f"{name:28} {line}")
+    return table
+
+
+def _ranked(mapping: dict[str, list[str]], items: list, k: int = 10) -> list[str]:
+    """Turn ids of the top-k results (a memory holding identical turns stands for each)."""
+    turns = [uid.split(":", 1)[1] for item in items[:k] for uid in mapping[item.memory_id]]
+    return turns[:k]
+
+
+def _run_mode(mode: str, queries: list[dict], mapping: dict[str, list[str]]) -> tuple[dict, list[float]]:
+    from search.selectors import memories_search
+
+    per_query, latencies, results = [], [], []
+    for q in queries:
+        started = time.perf_counter()
+        items = memories_search(query=q["question"], namespace=q["sample_id"], collection=None, mode=mode, limit=10)
+        latencies.append((time.perf_counter() - started) * 1000)
+        ranked = _ranked(mapping, items)
+        results.append({"query_id": q["query_id"], "ranked": ranked})
+        per_query.append((q["category"], _score(q["gold"], ranked)))
+    out = ROOT / "bench" / "results" / f"retrieval-{mode}.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in results))
+    return _report(mode, per_query), latencies
+
+
+def _sweep(queries: list[dict], mapping: dict[str, list[str]]) -> None:
+    """Fetch deep candidate lists once, then re-fuse them with many settings offline."""
+    from django.utils import timezone
+
+    from search.selectors import HybridParams, _attach, apply_priors, default_params, fulltext_hits, fuse, semantic_hits
+
+    now = timezone.now()
+    cached = []
+    for q in queries:
+        kwargs = {"namespace": q["sample_id"], "collection": None, "limit": 200, "now": now}
+        sem, txt = semantic_hits(q["question"], **kwargs), fulltext_hits(q["question"], **kwargs)
+        rows = {s.memory_id: s.memory for s in _attach(sem + txt, namespace=q["sample_id"], now=now)}
+        cached.append((q, sem, txt, rows))
+    base = default_params()
+    variants: list[tuple[str, HybridParams]] = []
+    for fusion in ("rrf", "minmax", "zscore"):
+        for depth in (20, 50, 100, 200):
+            for ws in (0.2, 0.3, 0.4, 0.5, 0.6):
+                variants.append((f"{fusion} d{depth} w{ws}", replace(base, fusion=fusion, depth=depth, semantic_weight=ws, fulltext_weight=round(1 - ws, 2))))
+    best = []
+    for name, params in variants:
+        per_query = []
+        for q, sem, txt, rows in cached:
+            fused = fuse(sem[: params.depth], txt[: params.depth], params)
+            for item in fused:
+                item.memory = rows.get(item.memory_id)
+            ranked = _ranked(mapping, apply_priors([i for i in fused if i.memory], params))
+            per_query.append(_score(q["gold"], ranked))
+        r5 = sum(s["recall@5"] for s in per_query) / len(per_query)
+        r10 = sum(s["recall@10"] for s in per_query) / len(per_query)
+        mrr = sum(s["mrr@10"] for s in per_query) / len(per_query)
+        best.append((r10, r5, mrr, name))
+    for r10, r5, mrr, name in sorted(best, reverse=True)[:25]:
+        print(f"{name:24} R@5 {r5:.3f}  R@10 {r10:.3f}  MRR@10 {mrr:.3f}")
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--eval", default=str(ROOT.parent / "shared" / "eval"))
+    parser.add_argument("--modes", default="fulltext,semantic,hybrid")
+    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--json", help="write the full per-category tables here")
+    args = parser.parse_args()
+    eval_dir = Path(args.eval)
+    if not (eval_dir / "locomo_memories.jsonl").exists():
+        raise SystemExit(f"no benchmark data in {eval_dir} (expected ../shared/eval beside the repo)")
+    memories, queries = _load(eval_dir)
+    store = _store_dir(eval_dir)
+    _setup_django(store)
+    mapping = _ingest(memories, store)
+    print(f"{len(mapping)} memories in {len({m['sample_id'] for m in memories})} namespaces; {len(queries)} questions")
+    if args.sweep:
+        _sweep(queries, mapping)
+        return
+    tables = {}
+    for mode in args.modes.split(","):
+        tables[mode], latencies = _run_mode(mode, queries, mapping)
+        print(f"{'':28} latency p50 {_pct(latencies, 50):.1f} ms  p95 {_pct(latencies, 95):.1f} ms")
+    print("\nper category (recall@5 / recall@10 / mrr@10):")
+    for mode, table in tables.items():
+        for group, row in table.items():
+            if group != "all":
+                print(f"  {mode:9} {group:12} n={row['n']:4}  {row['recall@5']:.3f} / {row['recall@10']:.3f} / {row['mrr@10']:.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(tables, indent=2))
+
+
+if __name__ == "__main__":
+    main()
