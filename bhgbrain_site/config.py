@@ -138,6 +138,9 @@ class HybridWeights(_Strict):
 
 class SearchConfig(_Strict):
     hybrid_weights: HybridWeights = Field(default_factory=HybridWeights)
+    # Beyond the seed: how the two ranked lists are fused and how deep each side goes.
+    fusion: Literal["zscore", "minmax", "rrf"] = "zscore"
+    candidate_depth: int = Field(default=50, ge=10, le=1000)
 
 
 class SecurityConfig(_Strict):

@@ -8,6 +8,7 @@ disagrees with the memories table.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import time
@@ -37,6 +38,16 @@ def fts_rowid(memory_id: uuid.UUID | str) -> int:
     return int.from_bytes(raw[:8], "big", signed=True)
 
 
+def scope_token(kind: str, value: str) -> str:
+    """One opaque word per namespace / collection, indexed beside the text so the full-text
+    engine itself restricts a query to a namespace (no per-match join needed)."""
+    return kind + hashlib.sha256(value.encode()).hexdigest()[:20]
+
+
+def _scope(memory: Memory) -> str:
+    return f"{scope_token('ns', memory.namespace)} {scope_token('co', memory.collection)}"
+
+
 def _fields(memory: Memory) -> tuple[str, str, str]:
     tags = " ".join(t.replace("-", " ") for t in memory.tags)
     return " ".join(analyze(memory.content)), " ".join(analyze(memory.summary)), " ".join(analyze(tags))
@@ -48,8 +59,8 @@ def _sqlite_index(memory: Memory) -> None:
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM memories_fts WHERE rowid = %s", [rowid])
         cursor.execute(
-            "INSERT INTO memories_fts (rowid, content, summary, tags, memory_id) VALUES (%s, %s, %s, %s, %s)",
-            [rowid, content, summary, tags, memory.id.hex],
+            "INSERT INTO memories_fts (rowid, content, summary, tags, scope, memory_id) VALUES (%s, %s, %s, %s, %s, %s)",
+            [rowid, content, summary, tags, _scope(memory), memory.id.hex],
         )
 
 
@@ -63,7 +74,7 @@ def _pg_index(memory: Memory) -> None:
                VALUES (%s, %s, %s, to_tsvector('simple', %s))
                ON CONFLICT (memory_id) DO UPDATE
                SET tokens = EXCLUDED.tokens, ntokens = EXCLUDED.ntokens, document = EXCLUDED.document""",
-            [memory.id, tokens, len(tokens), " ".join(tokens)],
+            [memory.id, tokens, len(tokens), " ".join(tokens) + " " + _scope(memory)],
         )
 
 
@@ -93,25 +104,34 @@ def _alive_params(now: datetime) -> list[object]:
     return [False, False, connection.ops.adapt_datetimefield_value(now)]
 
 
-def _fts5_query(terms: list[str]) -> str:
-    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+def _fts5_query(terms: list[str], namespace: str, collection: str | None) -> str:
+    scope = f'scope : "{scope_token("ns", namespace)}"'
+    if collection is not None:
+        scope += f' AND scope : "{scope_token("co", collection)}"'
+    words = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+    return f"{scope} AND ({words})"
 
 
 def _sqlite_search(terms: list[str], namespace: str, collection: str | None, now: datetime, limit: int) -> list[TextHit]:
-    sql = (
-        "SELECT f.memory_id, bm25(memories_fts, %s, %s, %s) AS rank FROM memories_fts f "
-        "JOIN memories m ON m.id = f.memory_id "
-        f"WHERE memories_fts MATCH %s AND m.namespace = %s AND {_alive_sql('m')}"
-    )
-    params: list[object] = [W_CONTENT, W_SUMMARY, W_TAGS, _fts5_query(terms), namespace, *_alive_params(now)]
-    if collection is not None:
-        sql += " AND m.collection = %s"
-        params.append(collection)
-    sql += " ORDER BY rank LIMIT %s"
-    params.append(limit)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [TextHit(str(uuid.UUID(row[0])), -float(row[1])) for row in cursor.fetchall()]
+    """Rank inside FTS5 (scoped to the namespace), then drop expired rows; deepen if needed."""
+    match = _fts5_query(terms, namespace, collection)
+    depth = limit + 16
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT f.memory_id, f.rank FROM (SELECT memory_id, bm25(memories_fts, %s, %s, %s, 0.0) AS rank "
+                "FROM memories_fts WHERE memories_fts MATCH %s ORDER BY rank LIMIT %s) f "
+                f"JOIN memories m ON m.id = f.memory_id WHERE {_alive_sql('m')} ORDER BY f.rank",
+                [W_CONTENT, W_SUMMARY, W_TAGS, match, depth, *_alive_params(now)],
+            )
+            rows = cursor.fetchall()
+            if len(rows) >= limit or depth >= 1_000_000:
+                break
+            cursor.execute("SELECT COUNT(*) FROM memories_fts WHERE memories_fts MATCH %s", [match])
+            if cursor.fetchone()[0] <= depth:
+                break
+        depth *= 8
+    return [TextHit(str(uuid.UUID(row[0])), -float(row[1])) for row in rows[:limit]]
 
 
 class _AvgLengthCache:
@@ -149,16 +169,18 @@ def _pg_search(terms: list[str], namespace: str, collection: str | None, now: da
         params.append(collection)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT t.term, (SELECT COUNT(*) FROM memory_search s JOIN memories m ON m.id = s.memory_id "
-            "WHERE m.namespace = %s AND s.document @@ to_tsquery('simple', quote_literal(t.term))) "
+            "SELECT t.term, (SELECT COUNT(*) FROM memory_search s "
+            "WHERE s.document @@ to_tsquery('simple', %s || ' & ' || quote_literal(t.term))) "
             "FROM unnest(%s::text[]) AS t(term)",
-            [namespace, terms],
+            [scope_token("ns", namespace), terms],
         )
         df = dict(cursor.fetchall())
         cursor.execute("SELECT COUNT(*) FROM memories m WHERE m.namespace = %s AND m.archived = %s", [namespace, False])
         n_docs = max(int(cursor.fetchone()[0]), 1)
         idf = [math.log(1 + (n_docs - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in terms]
-        tsquery = " | ".join("'" + t.replace("'", "''") + "'" for t in terms)
+        words = " | ".join("'" + t.replace("'", "''") + "'" for t in terms)
+        scope = scope_token("ns", namespace) + (f" & {scope_token('co', collection)}" if collection else "")
+        tsquery = f"{scope} & ({words})"
         cursor.execute(
             f"""WITH q(term, idf) AS (SELECT * FROM unnest(%s::text[], %s::float8[])),
             cand AS (SELECT s.memory_id, s.tokens, s.ntokens FROM memory_search s JOIN memories m ON m.id = s.memory_id

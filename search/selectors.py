@@ -49,8 +49,13 @@ class Scored:
 
 
 def default_params() -> HybridParams:
-    weights = settings.BHGBRAIN.search.hybrid_weights
-    return HybridParams(semantic_weight=weights.semantic, fulltext_weight=weights.fulltext)
+    search = settings.BHGBRAIN.search
+    return HybridParams(
+        semantic_weight=search.hybrid_weights.semantic,
+        fulltext_weight=search.hybrid_weights.fulltext,
+        fusion=search.fusion,
+        depth=search.candidate_depth,
+    )
 
 
 # --- the two sides -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from bhgbrain_site import health
 from memories import embeddings, vector_index
 from memories.embeddings import IDENTITY_CURVE, LocalE5Embedder
 from memories.services import RememberInput, RememberResult, memory_remember
+from retention.services import tracker
 
 
 class HashEmbedder:
@@ -61,6 +62,7 @@ def _isolate_process_state() -> Iterator[None]:
     yield
     _use(_shared_e5())
     health.reset_embedding_cache()
+    tracker._take()  # noqa: SLF001 - drop accesses a test left unflushed (its rows are gone)
 
 
 @pytest.fixture

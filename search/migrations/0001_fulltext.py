@@ -5,7 +5,7 @@ from django.db import migrations
 
 SQLITE_CREATE = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5("
-    "content, summary, tags, memory_id UNINDEXED, tokenize = 'unicode61 remove_diacritics 2')"
+    "content, summary, tags, scope, memory_id UNINDEXED, tokenize = 'unicode61 remove_diacritics 2')"
 )
 PG_CREATE = [
     """CREATE TABLE IF NOT EXISTS memory_search (

@@ -218,3 +218,32 @@ def _is_running(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_search_and_recall_over_http(server: LiveServer) -> None:
+    ns = {"namespace": "http-search"}
+    created = server.post("remember", {"content": "The payments API retries failed webhooks five times", **ns}).json()
+    server.post("remember", {"content": "我们的认证服务使用JWT令牌", **ns})
+    for mode in ("hybrid", "fulltext", "semantic"):
+        response = server.post("search", {"query": "how often are webhooks retried?", "mode": mode, **ns})
+        assert response.status_code == 200, response.text
+        assert response.json()["results"][0]["id"] == created["id"]
+    chinese = server.post("search", {"query": "认证服务", "mode": "fulltext", **ns}).json()["results"]
+    assert [r["summary"] for r in chinese] == ["我们的认证服务使用JWT令牌"]
+    recalled = server.post("recall", {"query": "webhook retry policy", **ns}).json()["results"]
+    assert recalled and recalled[0]["id"] == created["id"]
+    assert {"score", "semantic_score", "fulltext_score", "retention_tier", "expiring_soon", "device_id"} <= set(recalled[0])
+
+
+@pytest.mark.parametrize("query", ['"', "AND", "NEAR(a b)", "%_*-:()", "'; DROP TABLE memories; --", "🙂", "a" * 500])
+def test_hostile_search_queries_are_answered(server: LiveServer, query: str) -> None:
+    response = server.post("search", {"query": query, "namespace": "http-search"})
+    assert response.status_code == 200, response.text
+    assert isinstance(response.json()["results"], list)
+
+
+def test_search_input_limits(server: LiveServer) -> None:
+    assert "query" in _error(server.post("search", {"query": "x" * 501}), 400, "INVALID_INPUT")
+    assert "limit" in _error(server.post("search", {"query": "x", "limit": 51}), 400, "INVALID_INPUT")
+    assert "limit" in _error(server.post("recall", {"query": "x", "limit": 21}), 400, "INVALID_INPUT")
+    assert "mode" in _error(server.post("search", {"query": "x", "mode": "fuzzy"}), 400, "INVALID_INPUT")
