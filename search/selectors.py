@@ -30,10 +30,10 @@ Mode = Literal["semantic", "fulltext", "hybrid"]
 class HybridParams:
     """Fusion constants (defaults chosen on the retrieval benchmark, docs/retrieval.md)."""
 
-    semantic_weight: float = 0.5
-    fulltext_weight: float = 0.5
-    depth: int = 50  # candidates fetched from each side
-    fusion: Literal["rrf", "minmax", "zscore"] = "zscore"
+    semantic_weight: float = 0.4
+    fulltext_weight: float = 0.6
+    depth: int = 20  # candidates fetched from each side (at least the requested limit)
+    fusion: Literal["rrf", "minmax", "zscore"] = "minmax"
     rrf_k: int = 60
     t0_boost: float = 0.10  # ×1.10 for T0
     importance_weight: float = 0.10  # ×(1 + 0.10·(importance − 0.5)): ±5 %

