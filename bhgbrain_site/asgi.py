@@ -1,9 +1,57 @@
-"""ASGI entry point (uvicorn): the whole server is this one app."""
+"""ASGI entry point (uvicorn): Django for everything, the MCP streamable-HTTP app at /mcp."""
 from __future__ import annotations
 
+import json
 import os
+from typing import Any, Awaitable, Callable
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bhgbrain_site.settings")
-application = get_asgi_application()
+django_app = get_asgi_application()
+
+from django.conf import settings  # noqa: E402 - needs the app registry
+
+from bhgbrain_site.errors import envelope  # noqa: E402
+from bhgbrain_site.security import asgi_bearer_ok, is_loopback  # noqa: E402
+from mcp_bridge.server import build_server  # noqa: E402
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def _mcp_app() -> Any:
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    host = settings.BHGBRAIN.transport.http.host
+    security = None if is_loopback(host) else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return build_server("http").streamable_http_app(
+        streamable_http_path="/mcp",
+        host=host,
+        transport_security=security,
+        max_request_body_size=settings.BHGBRAIN.security.max_request_size_bytes,
+    )
+
+
+mcp_app = _mcp_app()
+
+
+async def _deny(send: Send, status: int, body: dict[str, Any]) -> None:
+    raw = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": raw})
+
+
+async def application(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "lifespan":
+        await mcp_app(scope, receive, send)  # runs the MCP session manager
+        return
+    path = scope.get("path", "")
+    if path == "/mcp" or path.startswith("/mcp/"):
+        if not asgi_bearer_ok(scope):
+            await _deny(send, 401, envelope("AUTH_REQUIRED", "Missing or invalid bearer token", False))
+            return
+        await mcp_app(scope, receive, send)
+        return
+    await django_app(scope, receive, send)

@@ -41,7 +41,7 @@ def _banner(host: str, port: int, scheduler: int | None) -> None:
         "\n".join(
             [
                 "BHGBrain server",
-                f"  listening   http://{host}:{port}  (health: /health, tools: POST /tool/<name>, admin: /admin/)",
+                f"  listening   http://{host}:{port}  (health: /health, MCP: /mcp, tools: POST /tool/<name>, admin: /admin/)",
                 f"  config      {settings.BHGBRAIN_CONFIG_PATH}",
                 f"  data        {settings.BHGBRAIN_DATA_DIR}",
                 f"  database    {db['ENGINE'].rsplit('.', 1)[-1]}: {db['NAME']}",
@@ -74,11 +74,30 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+def _serve_stdio() -> int:
+    """MCP over stdio: stdout carries only the protocol; logs go to stderr and the log file."""
+    import anyio
+    from django.conf import settings
+    from django.core.management import call_command
+
+    if not settings.BHGBRAIN.transport.stdio.enabled:
+        _err("transport.stdio.enabled is false: the stdio transport is disabled in the config.")
+        return 2
+    call_command("migrate", interactive=False, verbosity=0, stdout=sys.stderr)
+    from mcp_bridge.server import serve_stdio
+
+    anyio.run(serve_stdio)
+    return 0
+
+
 def cmd_server_start(args: argparse.Namespace) -> int:
     from django.conf import settings
     from django.core.management import call_command
 
     from bhgbrain_site.security import StartupRefused, check_binding
+
+    if args.stdio:
+        return _serve_stdio()
 
     http = settings.BHGBRAIN.transport.http
     if not http.enabled:
@@ -100,7 +119,7 @@ def cmd_server_start(args: argparse.Namespace) -> int:
     # make that handler an orderly exit so the scheduler child is stopped too.
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
-        uvicorn.run("bhgbrain_site.asgi:application", host=host, port=port, log_level="warning", lifespan="off")
+        uvicorn.run("bhgbrain_site.asgi:application", host=host, port=port, log_level="warning", lifespan="on")
     finally:
         if scheduler is not None:
             scheduler.send_signal(signal.SIGTERM)
@@ -179,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--host")
     start.add_argument("--port", type=int)
     start.add_argument("--no-scheduler", action="store_true", help="do not start the django-q2 cluster")
+    start.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout (for Claude Desktop, Codex, ...)")
     start.set_defaults(func=cmd_server_start)
     server.add_parser("status", help="query /health of the running server").set_defaults(func=cmd_server_status)
     server.add_parser("token", help="print a new random bearer token").set_defaults(func=cmd_server_token)

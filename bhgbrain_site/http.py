@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET
 from bhgbrain_site.errors import InvalidInput, PayloadTooLarge, envelope, to_envelope
 from bhgbrain_site.health import health_snapshot
 from mcp_bridge.registry import CallContext, call_tool
+from mcp_bridge.resources import read_resource
 
 
 def _error_response(exc: BaseException) -> JsonResponse:
@@ -54,3 +55,15 @@ async def tool_call(request: HttpRequest, name: str) -> JsonResponse:
     except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope (bugs → INTERNAL)
         return _error_response(exc)
     return JsonResponse(result, json_dumps_params={"ensure_ascii": False})
+
+
+@require_GET
+async def resource(request: HttpRequest) -> JsonResponse:
+    """GET /resource?uri=memory://list%3Flimit%3D5 — the MCP resources over plain HTTP."""
+    try:
+        uri = request.GET.get("uri", "")
+        ctx = CallContext(actor=_client_id(request))
+        body = await sync_to_async(read_resource, thread_sensitive=False)(uri, ctx)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope
+        return _error_response(exc)
+    return JsonResponse(body, json_dumps_params={"ensure_ascii": False})

@@ -87,3 +87,13 @@ def bearer_auth_middleware(get_response: Callable) -> Callable:  # noqa: D103
     from asgiref.sync import iscoroutinefunction
 
     return async_middleware if iscoroutinefunction(get_response) else middleware
+
+
+def asgi_bearer_ok(scope: dict) -> bool:
+    """The bearer rule for raw ASGI routes (/mcp): same token, same constant-time compare."""
+    token = configured_token(settings.BHGBRAIN)
+    if not token:
+        return True
+    headers = dict(scope.get("headers") or [])
+    scheme, _, supplied = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(supplied.strip().encode(), token.encode())

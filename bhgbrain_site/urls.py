@@ -8,5 +8,6 @@ from bhgbrain_site import http
 urlpatterns = [
     path("health", http.health, name="health"),
     path("tool/<str:name>", http.tool_call, name="tool"),
+    path("resource", http.resource, name="resource"),
     path("admin/", admin.site.urls),
 ]

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from bhgbrain_site.errors import InvalidInput
 from mcp_bridge.registry import CallContext, tool
 from memories import services
 from search import services as search_services
@@ -117,3 +118,74 @@ def forget(params: ForgetParams, ctx: CallContext) -> dict[str, Any]:
     """Permanently delete one memory by id (NOT_FOUND if it does not exist, is archived,
     or belongs to another namespace than the one given)."""
     return services.memory_forget(memory_id=params.id, namespace=params.namespace, actor=ctx.actor)
+
+
+class TagParams(_Input):
+    id: str = Field(min_length=1, max_length=64)
+    add: list[Tag] = Field(default_factory=list, max_length=20)
+    remove: list[Tag] = Field(default_factory=list, max_length=20)
+    namespace: Namespace | None = None
+
+
+@tool("tag", TagParams)
+def tag(params: TagParams, ctx: CallContext) -> dict[str, Any]:
+    """Add and/or remove tags on one memory (at most 20 tags in total). Content and
+    embedding are unchanged; the full-text index and the vector payload are updated."""
+    return services.memory_tag(
+        memory_id=params.id, add=params.add, remove=params.remove, namespace=params.namespace, actor=ctx.actor
+    )
+
+
+class CollectionsParams(_Input):
+    action: Literal["list", "create", "delete"]
+    namespace: Namespace | None = None
+    name: CollectionName | None = None
+    force: bool = False
+
+
+@tool("collections", CollectionsParams)
+def collections(params: CollectionsParams, ctx: CallContext) -> dict[str, Any]:
+    """List, create or delete the collections of a namespace. Deleting a non-empty
+    collection needs force=true and deletes its memories (CONFLICT otherwise)."""
+    from memories.selectors import collections_list
+
+    namespace = params.namespace or settings.BHGBRAIN.defaults.namespace
+    if params.action == "list":
+        return {"collections": collections_list(namespace=namespace)}
+    if params.name is None:
+        raise InvalidInput(f"name: required for action {params.action}")
+    if params.action == "create":
+        return services.collection_create(namespace=namespace, name=params.name, actor=ctx.actor)
+    return services.collection_delete(namespace=namespace, name=params.name, force=params.force, actor=ctx.actor)
+
+
+class CategoryParams(_Input):
+    action: Literal["list", "get", "set", "delete"]
+    namespace: Namespace | None = None
+    name: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[a-zA-Z0-9._-]+$")
+    slot: Literal["company-values", "architecture", "coding-requirements", "custom"] = "custom"
+    content: str | None = Field(default=None, min_length=1, max_length=100_000)
+
+
+@tool("category", CategoryParams)
+def category(params: CategoryParams, ctx: CallContext) -> dict[str, Any]:
+    """Manage policy categories: always-injected context blocks (company values,
+    architecture, coding requirements, custom) at the top of memory://inject. Actions:
+    list, get, set (creates or stores a new revision), delete. Scoped to the namespace."""
+    from categories import selectors as category_selectors
+    from categories import services as category_services
+
+    namespace = params.namespace or settings.BHGBRAIN.defaults.namespace
+    if params.action == "list":
+        return {"categories": category_selectors.categories_list(namespace=namespace)}
+    if params.name is None:
+        raise InvalidInput(f"name: required for action {params.action}")
+    if params.action == "get":
+        return category_selectors.category_get(namespace=namespace, name=params.name)
+    if params.action == "delete":
+        return category_services.category_delete(namespace=namespace, name=params.name, actor=ctx.actor)
+    if params.content is None:
+        raise InvalidInput("content: required for action set")
+    return category_services.category_set(
+        namespace=namespace, name=params.name, slot=params.slot, content=params.content, actor=ctx.actor
+    )

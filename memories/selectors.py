@@ -1,6 +1,7 @@
 """Memory reads and their JSON shapes."""
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timezone
 from typing import Any
 
@@ -59,3 +60,51 @@ def memory_counts_by_tier() -> dict[str, int]:
     for row in Memory.objects.filter(archived=False).values("retention_tier").annotate(n=Count("id")):
         counts[row["retention_tier"]] = row["n"]
     return counts
+
+
+def collections_list(*, namespace: str) -> list[dict[str, Any]]:
+    """Every collection of the namespace with its live memory count."""
+    from django.db.models import Count
+
+    from memories.models import Collection
+
+    counts = {
+        row["collection"]: row["n"]
+        for row in Memory.objects.filter(namespace=namespace, archived=False).values("collection").annotate(n=Count("id"))
+    }
+    names = set(counts) | set(Collection.objects.filter(namespace=namespace).values_list("name", flat=True))
+    return [{"name": name, "count": counts.get(name, 0)} for name in sorted(names)]
+
+
+def _parse_cursor(cursor: str | None) -> tuple[datetime, str] | None:
+    from bhgbrain_site.errors import InvalidInput
+
+    if not cursor:
+        return None
+    stamp, sep, memory_id = cursor.partition("|")
+    try:
+        if not sep:
+            raise ValueError
+        parsed = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        return parsed, str(uuid.UUID(memory_id))
+    except ValueError:
+        raise InvalidInput("cursor: not a cursor returned by a previous page") from None
+
+
+def memories_page(*, namespace: str, limit: int, cursor: str | None, collection: str | None = None) -> dict[str, Any]:
+    """Newest first, keyset-paginated on (created_at, id): stable under equal timestamps."""
+    from django.db.models import Q
+
+    rows = Memory.objects.filter(namespace=namespace, archived=False).defer("embedding")
+    if collection is not None:
+        rows = rows.filter(collection=collection)
+    total = rows.count()
+    position = _parse_cursor(cursor)
+    if position is not None:
+        stamp, memory_id = position
+        rows = rows.filter(Q(created_at__lt=stamp) | Q(created_at=stamp, id__lt=memory_id))
+    page = list(rows.order_by("-created_at", "-id")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    next_cursor = f"{iso(page[-1].created_at)}|{page[-1].id}" if more and page else None
+    return {"items": [memory_to_dict(m) for m in page], "cursor": next_cursor, "total_results": total, "truncated": more}

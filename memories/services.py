@@ -387,3 +387,57 @@ def memories_vector_sync(*, limit: int = 500) -> dict[str, int]:
         synced += 1
     pending = Memory.objects.filter(vector_synced=False, archived=False).count()
     return {"synced": synced, "failed": failed, "pending": pending}
+
+
+def memory_tag(*, memory_id: str, add: list[str], remove: list[str], namespace: str | None, actor: str) -> dict[str, Any]:
+    """Add/remove tags atomically; the full-text index and the vector payload follow."""
+    pk = _parse_uuid(memory_id)
+    with transaction.atomic():
+        rows = Memory.objects.select_for_update().filter(pk=pk, archived=False)
+        memory = (rows.filter(namespace=namespace) if namespace is not None else rows).defer("embedding").first()
+        if memory is None:
+            raise NotFound(f"Memory {pk} not found")
+        removing = set(remove)
+        tags = [t for t in dict.fromkeys([*memory.tags, *add]) if t not in removing]
+        if len(tags) > MAX_TAGS:
+            raise InvalidInput(f"tags: a memory holds at most {MAX_TAGS} tags ({len(tags)} after this change)")
+        if tags != memory.tags:
+            before, memory.tags, memory.updated_at = memory.tags, tags, timezone.now()
+            memory.save(update_fields=["tags", "updated_at"])
+            fulltext.index_memory(memory)
+            _audit(memory, "TAG", actor, memory.updated_at, {"before": before, "after": tags})
+            _record_vector_change(memory, VectorChange.Op.UPSERT)
+    return {"id": str(memory.id), "tags": tags}
+
+
+def collection_create(*, namespace: str, name: str, actor: str) -> dict[str, Any]:
+    """Create an (empty) collection locked to the configured embedding model."""
+    embedder = get_embedder()
+    _ensure_collection(namespace, name, embedder)
+    return {"ok": True, "namespace": namespace, "name": name}
+
+
+def collection_delete(*, namespace: str, name: str, force: bool, actor: str) -> dict[str, Any]:
+    """Delete a collection; a non-empty one only with force (its memories are deleted)."""
+    with transaction.atomic():
+        collection = Collection.objects.select_for_update().filter(namespace=namespace, name=name).first()
+        members = Memory.objects.filter(namespace=namespace, collection=name, archived=False)
+        count = members.count()
+        if collection is None and count == 0:
+            raise NotFound(f'Collection "{name}" not found')
+        if count and not force:
+            raise Conflict(
+                f'Collection "{name}" is not empty ({count} memories). Retry with force=true to delete all collection data.'
+            )
+        now = timezone.now()
+        for memory_id in members.values_list("id", flat=True):
+            VectorChange.objects.create(memory_id=memory_id, op=VectorChange.Op.DELETE)
+            fulltext.remove_memory(memory_id)
+        Memory.objects.filter(namespace=namespace, collection=name).delete()
+        if collection is not None:
+            collection.delete()
+        AuditLog.objects.create(
+            timestamp=now, namespace=namespace, operation="COLLECTION_DELETE", client_id=actor,
+            details={"name": name, "deleted_memory_count": count},
+        )
+    return {"ok": True, "namespace": namespace, "name": name, "deleted_memory_count": count}

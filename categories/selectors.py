@@ -1,0 +1,36 @@
+"""Category reads."""
+from __future__ import annotations
+
+from typing import Any
+
+from bhgbrain_site.errors import NotFound
+from categories.models import Category
+from memories.selectors import iso
+
+PREVIEW_CHARS = 200
+
+
+def category_to_dict(category: Category, *, full: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": category.name, "slot": category.slot}
+    if full:
+        out["content"] = category.content
+    else:
+        preview = category.content[:PREVIEW_CHARS]
+        out["preview"] = preview + ("..." if len(category.content) > PREVIEW_CHARS else "")
+    out.update(revision=category.revision, updated_at=iso(category.updated_at))
+    return out
+
+
+def categories_list(*, namespace: str) -> list[dict[str, Any]]:
+    return [category_to_dict(c, full=False) for c in Category.objects.filter(namespace=namespace)]
+
+
+def category_get(*, namespace: str, name: str) -> dict[str, Any]:
+    category = Category.objects.filter(namespace=namespace, name=name).first()
+    if category is None:
+        raise NotFound(f'Category "{name}" not found')
+    return category_to_dict(category, full=True)
+
+
+def categories_for_inject(*, namespace: str) -> list[Category]:
+    return list(Category.objects.filter(namespace=namespace))

@@ -1,0 +1,131 @@
+"""The MCP server (mcp SDK 2.x low-level ``Server``): tools and resources from the registries.
+
+Tool results carry the JSON both as ``structuredContent`` and as one text block; a
+DomainError becomes ``isError: true`` with the error envelope. Service calls are
+synchronous Django code, so they run in worker threads.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import anyio
+from mcp import types
+from mcp.server.lowlevel import Server
+
+from bhgbrain_site.errors import to_envelope
+from mcp_bridge.registry import CallContext, all_tools, call_tool
+from mcp_bridge.resources import RESOURCES, read_resource
+
+logger = logging.getLogger("bhgbrain.mcp")
+
+INSTRUCTIONS = (
+    "BHGBrain is your persistent memory. Use `recall` (semantic) or `search` (hybrid) before "
+    "answering questions about past work; use `remember` to store decisions, facts and procedures "
+    "worth keeping. Read memory://inject at the start of a session for standing context."
+)
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, default=str)
+
+
+def _actor(ctx: Any, transport: str) -> str:
+    return f"mcp:{transport}"
+
+
+def tool_definitions() -> list[types.Tool]:
+    return [
+        types.Tool(name=t.name, description=t.description, input_schema=t.input_model.model_json_schema())
+        for t in all_tools()
+    ]
+
+
+def _run_tool(name: str, arguments: dict[str, Any], actor: str) -> types.CallToolResult:
+    try:
+        result = call_tool(name, arguments, CallContext(actor=actor))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope (bugs → INTERNAL)
+        _status, body = to_envelope(exc)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=_json(body))], structured_content=body, is_error=True)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=_json(result))], structured_content=result)
+
+
+def _close_connection() -> None:
+    from django.db import connection
+
+    connection.close()
+
+
+def build_server(transport: str) -> Server[Any]:
+    """One MCP server; ``transport`` ("stdio" / "http") only labels the audit actor."""
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=await anyio.to_thread.run_sync(tool_definitions))
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        actor = _actor(ctx, transport)
+
+        def work() -> types.CallToolResult:
+            try:
+                return _run_tool(params.name, dict(params.arguments or {}), actor)
+            finally:
+                _close_connection()
+
+        return await anyio.to_thread.run_sync(work)
+
+    async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[
+            types.Resource(uri=r.uri, name=r.name, description=r.description, mime_type="application/json")
+            for r in RESOURCES if not r.is_template
+        ])
+
+    async def list_templates(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[
+            types.ResourceTemplate(uri_template=r.uri, name=r.name, description=r.description, mime_type="application/json")
+            for r in RESOURCES if r.is_template
+        ])
+
+    async def read(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        actor = _actor(ctx, transport)
+
+        def work() -> types.ReadResourceResult:
+            try:
+                body = read_resource(uri, CallContext(actor=actor))
+            except Exception as exc:  # noqa: BLE001 - the envelope is the resource's content
+                _status, body = to_envelope(exc)
+                body = {**body, "isError": True}
+            finally:
+                _close_connection()
+            return types.ReadResourceResult(contents=[
+                types.TextResourceContents(uri=uri, mime_type="application/json", text=_json(body))
+            ])
+
+        return await anyio.to_thread.run_sync(work)
+
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        server_version = version("bhgbrain-django")
+    except PackageNotFoundError:
+        server_version = "0.0.0"
+    return Server(
+        "bhgbrain",
+        version=server_version,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read,
+    )
+
+
+async def serve_stdio() -> None:
+    """MCP over stdin/stdout; the SDK diverts fd 1 to stderr while serving."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server("stdio")
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
