@@ -411,3 +411,70 @@ def test_content_edited_in_the_admin_is_reindexed(hash_embedder, admin_client) -
     assert Memory.objects.get(pk=mid).content == "The payroll service runs on Nomad"
     assert ids(ft("nomad payroll")) == [mid]
     assert ft("kubernetes") == []
+
+
+# --------------------------------------------------------------------------- scope tokens and deepening
+
+
+def test_content_cannot_smuggle_a_memory_into_another_namespace_or_collection(hash_embedder) -> None:
+    from search.fulltext import scope_token
+
+    bob = remember("Bluebird roadmap for bob", namespace="bob", collection="home").id
+    sneaky = remember(
+        f"Bluebird roadmap {scope_token('ns', 'bob')} {scope_token('co', 'home')}",
+        namespace="alice", collection="work", tags=[scope_token("ns", "bob")],
+    ).id
+    assert ids(ft("bluebird roadmap", namespace="bob")) == [bob]
+    assert ids(ft("bluebird roadmap", namespace="bob", collection="home")) == [bob]
+    assert ids(ft("bluebird roadmap", namespace="alice", collection="home")) == []
+    assert ids(ft("bluebird roadmap", namespace="alice")) == [sneaky]
+
+
+def test_query_equal_to_an_internal_scope_token_matches_nothing(hash_embedder) -> None:
+    """The scope words are internal: a user query that spells one must not match every memory."""
+    from search.fulltext import scope_token
+
+    remember("The billing service runs on Kubernetes")
+    remember("Lunch is served at noon")
+    assert ft(scope_token("ns", "global")) == []
+    assert ft(scope_token("co", "general")) == []
+
+
+def test_live_match_found_below_many_expired_better_matches(hash_embedder, bhg_config) -> None:
+    bhg_config.deduplication.enabled = False
+    expired = [remember(f"Kubernetes kubernetes kubernetes note {i}").id for i in range(40)]
+    live = remember("A long note that mentions kubernetes only once among many other words here").id
+    Memory.objects.filter(pk__in=expired).update(expires_at=timezone.now() - timedelta(hours=1))
+    assert ids(ft("kubernetes", limit=1)) == [live]
+    assert ids(ft("kubernetes", limit=5)) == [live]
+    found = memories_search(query="kubernetes", namespace="global", collection=None, mode="fulltext", limit=3)
+    assert ids(found) == [live]
+
+
+def test_scores_stay_normalised_when_archived_rows_share_the_terms(hash_embedder) -> None:
+    """Archived memories are not live documents: they must not distort BM25 for the live ones."""
+    archived = [remember(f"Kubernetes cluster upgrade log entry {i}").id for i in range(6)]
+    short = remember("Kubernetes upgrade").id
+    long = remember("Kubernetes is mentioned once in this much longer note about several unrelated topics").id
+    Memory.objects.filter(pk__in=archived).update(archived=True)
+    hits = ft("kubernetes upgrade")
+    assert ids(hits) == [short, long]
+    assert hits[0].fulltext == pytest.approx(1.0)
+    assert all(0.0 < h.fulltext <= 1.0 for h in hits)
+    assert all(h.score > 0 for h in hits)
+
+
+def test_ranking_in_a_namespace_does_not_depend_on_other_namespaces(hash_embedder, bhg_config) -> None:
+    """Term statistics are per namespace (as on PostgreSQL): another tenant's memories must not
+    reorder, or reveal themselves through, this namespace's results."""
+    bhg_config.deduplication.enabled = False
+    add_fillers(namespace="bob")
+    double = remember("alpha alpha note", namespace="bob").id
+    single = remember("gamma note here", namespace="bob").id
+    before = ft("alpha gamma", namespace="bob")
+    assert ids(before) == [double, single]
+    for i in range(50):
+        remember(f"alpha entry {i} of the other tenant", namespace="alice")
+    after = ft("alpha gamma", namespace="bob")
+    assert ids(after) == [double, single]
+    assert [h.fulltext for h in after] == pytest.approx([h.fulltext for h in before])

@@ -1,0 +1,172 @@
+"""Real MCP client sessions (the mcp SDK client) against the real server: stdio and streamable HTTP."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from tests.live_server import LiveServer, server_env
+
+TOOLS = {"remember", "recall", "search", "forget", "tag", "collections", "category"}
+RESOURCES = {"memory://list", "memory://inject", "category://list", "collection://list", "health://status"}
+TEMPLATES = {"memory://{id}", "category://{name}", "collection://{name}"}
+
+
+def _text(result: Any) -> dict[str, Any]:
+    return json.loads(result.contents[0].text)
+
+
+async def _exercise(session: ClientSession) -> dict[str, Any]:
+    """Everything an agent does: list, call every tool, read every resource, hit errors."""
+    seen: dict[str, Any] = {}
+    init = await session.initialize()
+    seen["server"] = init.server_info.name
+    seen["tools"] = {t.name for t in (await session.list_tools()).tools}
+    seen["resources"] = {str(r.uri) for r in (await session.list_resources()).resources}
+    seen["templates"] = {t.uri_template for t in (await session.list_resource_templates()).resource_templates}
+    ns = {"namespace": "mcp-test"}
+
+    async def call(name: str, args: dict[str, Any]) -> Any:
+        return await session.call_tool(name, args)
+
+    first = await call("remember", {"content": "The staging VPN uses WireGuard on port 51820", "tags": ["vpn"], **ns})
+    assert first.is_error is not True, first
+    memory_id = first.structured_content["id"]
+    assert json.loads(first.content[0].text) == first.structured_content
+    seen["recall"] = (await call("recall", {"query": "which VPN does staging use?", **ns})).structured_content
+    seen["search"] = (await call("search", {"query": "WireGuard port", "mode": "fulltext", **ns})).structured_content
+    seen["tag"] = (await call("tag", {"id": memory_id, "add": ["network"], **ns})).structured_content
+    seen["collections"] = (await call("collections", {"action": "list", **ns})).structured_content
+    seen["category"] = (await call("category", {"action": "set", "name": "net-policy", "slot": "architecture",
+                                                 "content": "All remote access goes through the VPN", **ns})).structured_content
+    seen["memory_list"] = _text(await session.read_resource(f"memory://list?namespace=mcp-test&limit=5"))
+    seen["inject"] = _text(await session.read_resource("memory://inject?namespace=mcp-test"))
+    seen["category_list"] = _text(await session.read_resource("category://list?namespace=mcp-test"))
+    seen["collection_list"] = _text(await session.read_resource("collection://list?namespace=mcp-test"))
+    seen["health"] = _text(await session.read_resource("health://status"))
+    seen["memory"] = _text(await session.read_resource(f"memory://{memory_id}?namespace=mcp-test"))
+    seen["memory_other_ns"] = _text(await session.read_resource(f"memory://{memory_id}?namespace=elsewhere"))
+    seen["category"] = _text(await session.read_resource("category://net-policy?namespace=mcp-test"))
+    seen["collection"] = _text(await session.read_resource("collection://general?namespace=mcp-test"))
+    seen["bad_limit"] = _text(await session.read_resource("memory://list?limit=101"))
+    seen["bad_input"] = await call("remember", {"content": "x", "surprise": True})
+    seen["secret"] = await call("remember", {"content": "key sk-" + "a" * 30})
+    seen["unknown_tool"] = await call("teleport", {})
+    seen["forget"] = (await call("forget", {"id": memory_id, **ns})).structured_content
+    seen["forget_again"] = await call("forget", {"id": memory_id, **ns})
+    seen["memory_id"] = memory_id
+    return seen
+
+
+def _check(seen: dict[str, Any]) -> None:
+    assert seen["server"] == "bhgbrain"
+    assert seen["tools"] == TOOLS
+    assert seen["resources"] == RESOURCES
+    assert seen["templates"] == TEMPLATES
+    assert seen["recall"]["results"][0]["id"] == seen["memory_id"]
+    assert seen["search"]["results"][0]["id"] == seen["memory_id"]
+    assert seen["tag"] == {"id": seen["memory_id"], "tags": ["vpn", "network"]}
+    assert seen["collections"] == {"collections": [{"name": "general", "count": 1}]}
+    assert seen["memory_list"]["items"][0]["id"] == seen["memory_id"] and seen["memory_list"]["total_results"] == 1
+    assert seen["inject"]["content"].startswith("## net-policy (architecture)\nAll remote access goes through the VPN")
+    assert "WireGuard" in seen["inject"]["content"] and seen["inject"]["memories_count"] == 1
+    assert seen["category_list"]["categories"][0]["name"] == "net-policy"
+    assert seen["collection_list"] == {"collections": [{"name": "general", "count": 1}]}
+    assert seen["health"]["status"] in ("healthy", "degraded")
+    assert seen["memory"]["id"] == seen["memory_id"] and seen["memory"]["tags"] == ["vpn", "network"]
+    assert seen["memory_other_ns"]["error"]["code"] == "NOT_FOUND"
+    assert seen["category"]["content"] == "All remote access goes through the VPN"
+    assert seen["collection"]["items"][0]["id"] == seen["memory_id"]
+    assert seen["bad_limit"]["error"]["code"] == "INVALID_INPUT"
+    for key, code in (("bad_input", "INVALID_INPUT"), ("secret", "INVALID_INPUT"), ("unknown_tool", "NOT_FOUND"), ("forget_again", "NOT_FOUND")):
+        result = seen[key]
+        assert result.is_error is True, key
+        assert result.structured_content["error"]["code"] == code, key
+    assert "surprise" in seen["bad_input"].structured_content["error"]["message"]
+    assert seen["forget"] == {"deleted": True, "id": seen["memory_id"]}
+
+
+def _run(coro_factory: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    return asyncio.run(asyncio.wait_for(coro_factory(), timeout=120))
+
+
+def _stdio_params(home: Path) -> StdioServerParameters:
+    home.mkdir(parents=True, exist_ok=True)
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bhgbrain_site.cli", f"--config={home / 'config.json'}", "server", "start", "--stdio"],
+        env=server_env(), cwd=str(Path(__file__).resolve().parents[2]),
+    )
+
+
+def test_stdio_session_lists_calls_and_reads_everything(tmp_path: Path) -> None:
+    async def session() -> dict[str, Any]:
+        async with stdio_client(_stdio_params(tmp_path)) as (read, write):
+            async with ClientSession(read, write) as client:
+                return await _exercise(client)
+
+    _check(_run(session))
+
+
+def test_stdio_stdout_carries_only_protocol(tmp_path: Path) -> None:
+    """Raw check: every line the server writes to stdout is a JSON-RPC message."""
+    params = _stdio_params(tmp_path)
+    request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+    proc = subprocess.run(
+        [params.command, *params.args], input=json.dumps(request) + "\n", capture_output=True, text=True,
+        env=params.env, cwd=params.cwd, timeout=90,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines, proc.stderr
+    for line in lines:
+        assert json.loads(line)["jsonrpc"] == "2.0"
+    assert json.loads(lines[0])["result"]["serverInfo"]["name"] == "bhgbrain"
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    live = LiveServer(home=tmp_path_factory.mktemp("mcp-http")).start()
+    yield live
+    live.stop()
+
+
+def test_streamable_http_session_lists_calls_and_reads_everything(http_server: LiveServer) -> None:
+    async def session() -> dict[str, Any]:
+        async with streamable_http_client(http_server.url + "/mcp") as streams:
+            async with ClientSession(streams[0], streams[1]) as client:
+                return await _exercise(client)
+
+    _check(_run(session))
+
+
+def test_streamable_http_requires_the_bearer_token_when_configured(tmp_path: Path) -> None:
+    live = LiveServer(home=tmp_path, env={"BHGBRAIN_TOKEN": "mcp-secret-token"}).start()
+    try:
+        import httpx
+
+        denied = httpx.post(live.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert denied.status_code == 401 and denied.json()["error"]["code"] == "AUTH_REQUIRED"
+
+        async def session() -> dict[str, Any]:
+            client = create_mcp_http_client(headers={"Authorization": "Bearer mcp-secret-token"})
+            async with client, streamable_http_client(live.url + "/mcp", http_client=client) as streams:
+                async with ClientSession(streams[0], streams[1]) as mcp_client:
+                    await mcp_client.initialize()
+                    result = await mcp_client.call_tool("remember", {"content": "Authenticated over MCP HTTP"})
+                    return {"result": result}
+
+        assert _run(session)["result"].structured_content["operation"] == "ADD"
+    finally:
+        live.stop()
