@@ -13,7 +13,7 @@ django_app = get_asgi_application()
 from django.conf import settings  # noqa: E402 - needs the app registry
 
 from bhgbrain_site.errors import envelope  # noqa: E402
-from bhgbrain_site.security import asgi_bearer_ok, is_loopback  # noqa: E402
+from bhgbrain_site.security import http_guard, is_loopback  # noqa: E402
 from mcp_bridge.server import build_server  # noqa: E402
 
 Scope = dict[str, Any]
@@ -43,15 +43,27 @@ async def _deny(send: Send, status: int, body: dict[str, Any]) -> None:
     await send({"type": "http.response.body", "body": raw})
 
 
-async def application(scope: Scope, receive: Receive, send: Send) -> None:
+async def _mcp_authorized(scope: Scope) -> bool:
+    from asgiref.sync import sync_to_async
+
+    from mcp_bridge.tokens import principal_for
+
+    header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+    return await sync_to_async(principal_for, thread_sensitive=False)(header) is not None
+
+
+async def _route(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "lifespan":
         await mcp_app(scope, receive, send)  # runs the MCP session manager
         return
     path = scope.get("path", "")
     if path == "/mcp" or path.startswith("/mcp/"):
-        if not asgi_bearer_ok(scope):
+        if not await _mcp_authorized(scope):
             await _deny(send, 401, envelope("AUTH_REQUIRED", "Missing or invalid bearer token", False))
             return
         await mcp_app(scope, receive, send)
         return
     await django_app(scope, receive, send)
+
+
+application = http_guard(_route)

@@ -188,6 +188,41 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return cmd_tool(args)
 
 
+def cmd_token_create(args: argparse.Namespace) -> int:
+    from django.core.management import call_command
+
+    from bhgbrain_site.errors import DomainError
+    from mcp_bridge.tokens import token_create
+
+    call_command("migrate", interactive=False, verbosity=0)
+    try:
+        row, plain = token_create(name=args.name, namespaces=args.namespace, read_only=args.read_only)
+    except DomainError as exc:
+        _err(exc.message)
+        return 2
+    scope = ", ".join(row.namespaces) + (" (read-only)" if row.read_only else "")
+    _err(f"Created token {row.name!r} for {scope}. It is shown once; store it now:")
+    print(plain)
+    return 0
+
+
+def cmd_token_list(args: argparse.Namespace) -> int:
+    from mcp_bridge.models import ApiToken
+
+    for row in ApiToken.objects.order_by("created_at"):
+        state = "revoked" if row.revoked else ("read-only" if row.read_only else "read-write")
+        print(f"{row.pk}\t{row.name}\t{row.prefix}…\t{state}\t{','.join(row.namespaces)}")
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    from mcp_bridge.models import ApiToken
+
+    updated = ApiToken.objects.filter(prefix=args.prefix).update(revoked=True)
+    _err(f"revoked {updated} token(s)")
+    return 0 if updated else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bhgbrain", description="BHGBrain: a persistent memory server for AI agents")
     parser.add_argument("--config", help="path of config.json (default: $BHGBRAIN_CONFIG or ~/.bhgbrain/config.json)")
@@ -204,6 +239,16 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_parser("token", help="print a new random bearer token").set_defaults(func=cmd_server_token)
 
     sub.add_parser("health", help="full health check (in-process)").set_defaults(func=cmd_health)
+    token = sub.add_parser("token", help="scoped API tokens").add_subparsers(dest="token_command", required=True)
+    create = token.add_parser("create", help="create a token limited to namespaces (printed once)")
+    create.add_argument("--namespace", action="append", required=True, help="repeat for several namespaces")
+    create.add_argument("--read-only", action="store_true")
+    create.add_argument("--name", default="api-token")
+    create.set_defaults(func=cmd_token_create)
+    token.add_parser("list", help="list tokens (never their values)").set_defaults(func=cmd_token_list)
+    revoke = token.add_parser("revoke", help="revoke by the prefix shown in `token list`")
+    revoke.add_argument("prefix")
+    revoke.set_defaults(func=cmd_token_revoke)
     tool = sub.add_parser("tool", help="call a tool with JSON arguments, e.g. bhgbrain tool remember '{\"content\": \"...\"}'")
     tool.add_argument("name")
     tool.add_argument("arguments", nargs="?", default="{}")

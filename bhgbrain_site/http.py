@@ -44,13 +44,20 @@ def _client_id(request: HttpRequest) -> str:
     return f"http:{request.META.get('REMOTE_ADDR') or 'unknown'}"
 
 
+def _context(request: HttpRequest) -> CallContext:
+    principal = getattr(request, "bhgbrain_principal", None)
+    if principal is None:
+        return CallContext(actor=_client_id(request))
+    return CallContext(actor=_client_id(request), principal=principal)
+
+
 @csrf_exempt
 async def tool_call(request: HttpRequest, name: str) -> JsonResponse:
     if request.method != "POST":
         return JsonResponse(envelope("INVALID_INPUT", "Use POST for tool calls", False), status=405)
     try:
         arguments = _json_body(request)
-        ctx = CallContext(actor=_client_id(request))
+        ctx = _context(request)
         result = await sync_to_async(call_tool, thread_sensitive=False)(name, arguments, ctx)
     except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope (bugs → INTERNAL)
         return _error_response(exc)
@@ -62,7 +69,7 @@ async def resource(request: HttpRequest) -> JsonResponse:
     """GET /resource?uri=memory://list%3Flimit%3D5 — the MCP resources over plain HTTP."""
     try:
         uri = request.GET.get("uri", "")
-        ctx = CallContext(actor=_client_id(request))
+        ctx = _context(request)
         body = await sync_to_async(read_resource, thread_sensitive=False)(uri, ctx)
     except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope
         return _error_response(exc)

@@ -5,7 +5,10 @@ import hmac
 import ipaddress
 import logging
 import os
-from typing import Awaitable, Callable
+import threading
+import time
+from collections import deque
+from typing import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -56,44 +59,150 @@ def check_binding(config: BHGBrainConfig, host: str) -> list[str]:
     )
 
 
-def _authorized(request: HttpRequest, token: str) -> bool:
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    scheme, _, supplied = header.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(supplied.strip().encode(), token.encode())
+def _principal(request: HttpRequest):  # noqa: ANN202 - Principal | None
+    from mcp_bridge.tokens import principal_for
+
+    return principal_for(request.META.get("HTTP_AUTHORIZATION"))
+
+
+def _denied() -> JsonResponse:
+    return JsonResponse(envelope("AUTH_REQUIRED", "Missing or invalid bearer token", False), status=401)
 
 
 @sync_and_async_middleware
-def bearer_auth_middleware(get_response: Callable) -> Callable:  # noqa: D103
-    def denied() -> JsonResponse:
-        return JsonResponse(envelope("AUTH_REQUIRED", "Missing or invalid bearer token", False), status=401)
+def bearer_auth_middleware(get_response: Callable) -> Callable:
+    """Attach the caller's principal to the request; refuse a missing/invalid token.
 
-    def needs_check(request: HttpRequest) -> str | None:
-        if request.path.startswith(PUBLIC_PREFIXES):
-            return None
-        return configured_token(settings.BHGBRAIN)
+    /health and /admin/ (which has its own session login) stay open.
+    """
+    from asgiref.sync import iscoroutinefunction, sync_to_async
 
     async def async_middleware(request: HttpRequest) -> HttpResponse:
-        token = needs_check(request)
-        if token and not _authorized(request, token):
-            return denied()
+        if not request.path.startswith(PUBLIC_PREFIXES):
+            principal = await sync_to_async(_principal, thread_sensitive=False)(request)
+            if principal is None:
+                return _denied()
+            request.bhgbrain_principal = principal
         return await get_response(request)
 
     def middleware(request: HttpRequest) -> HttpResponse:
-        token = needs_check(request)
-        if token and not _authorized(request, token):
-            return denied()
+        if not request.path.startswith(PUBLIC_PREFIXES):
+            principal = _principal(request)
+            if principal is None:
+                return _denied()
+            request.bhgbrain_principal = principal
         return get_response(request)
-
-    from asgiref.sync import iscoroutinefunction
 
     return async_middleware if iscoroutinefunction(get_response) else middleware
 
 
-def asgi_bearer_ok(scope: dict) -> bool:
-    """The bearer rule for raw ASGI routes (/mcp): same token, same constant-time compare."""
-    token = configured_token(settings.BHGBRAIN)
-    if not token:
-        return True
-    headers = dict(scope.get("headers") or [])
-    scheme, _, supplied = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(supplied.strip().encode(), token.encode())
+class RateLimiter:
+    """Sliding-window limit per client address: at most ``limit`` requests in any 60 s."""
+
+    WINDOW = 60.0
+
+    def __init__(self) -> None:
+        self._hits: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+        self._last_sweep = time.monotonic()
+        self.limited_total = 0
+
+    def hit(self, key: str, limit: int) -> tuple[bool, int]:
+        """Record one request; (allowed, remaining)."""
+        now = time.monotonic()
+        with self._lock:
+            self._sweep(now)
+            hits = self._hits.setdefault(key, deque())
+            while hits and now - hits[0] >= self.WINDOW:
+                hits.popleft()
+            if len(hits) >= limit:
+                self.limited_total += 1
+                return False, 0
+            hits.append(now)
+            return True, limit - len(hits)
+
+    def _sweep(self, now: float) -> None:
+        if now - self._last_sweep < 30:
+            return
+        self._last_sweep = now
+        for key in [k for k, v in self._hits.items() if not v or now - v[-1] >= self.WINDOW]:
+            del self._hits[key]
+
+    def buckets(self) -> int:
+        with self._lock:
+            return len(self._hits)
+
+
+rate_limiter = RateLimiter()
+UNLIMITED_PREFIXES = ("/health",)
+
+
+async def _respond(send: Callable, status: int, body: dict, headers: list[tuple[bytes, bytes]]) -> None:
+    import json
+
+    raw = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), *headers]})
+    await send({"type": "http.response.body", "body": raw})
+
+
+def _with_headers(send: Callable, extra: list[tuple[bytes, bytes]]) -> Callable:
+    async def wrapped(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return wrapped
+
+
+async def _bounded_body(receive: Callable, limit: int) -> tuple[list[dict], bool]:
+    """Read the body up to ``limit`` bytes; True when it is larger (nothing more is read)."""
+    messages, size = [], 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            return messages, False
+        size += len(message.get("body", b""))
+        if size > limit:
+            return messages, True
+        if not message.get("more_body"):
+            return messages, False
+
+
+def http_guard(app: Callable) -> Callable:
+    """ASGI wrapper for every HTTP route: per-IP sliding-window rate limit (keyed on the
+    peer address, never on a client-supplied header) with X-RateLimit-* headers, and 413
+    for bodies over security.max_request_size_bytes before they are read whole."""
+
+    async def guarded(scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        security = settings.BHGBRAIN.security
+        headers: list[tuple[bytes, bytes]] = []
+        if not scope.get("path", "").startswith(UNLIMITED_PREFIXES):
+            peer = (scope.get("client") or ("unknown", 0))[0]
+            allowed, remaining = rate_limiter.hit(peer, security.rate_limit_rpm)
+            headers = [(b"x-ratelimit-limit", str(security.rate_limit_rpm).encode()),
+                       (b"x-ratelimit-remaining", str(remaining).encode())]
+            if not allowed:
+                await _respond(send, 429, envelope("RATE_LIMITED", "Too many requests: retry later", True),
+                               [*headers, (b"retry-after", b"60")])
+                return
+        limit = security.max_request_size_bytes
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        too_large = declared is not None and declared.isdigit() and int(declared) > limit
+        messages: list[dict] = []
+        if not too_large and scope.get("method") in ("POST", "PUT", "PATCH"):
+            messages, too_large = await _bounded_body(receive, limit)
+        if too_large:
+            await _respond(send, 413, envelope("INVALID_INPUT", f"Request body exceeds {limit} bytes", False), headers)
+            return
+
+        async def replay() -> dict:
+            return messages.pop(0) if messages else await receive()
+
+        await app(scope, replay if messages else receive, _with_headers(send, headers))
+
+    return guarded

@@ -11,13 +11,15 @@ from typing import Any, Callable
 from pydantic import BaseModel, ValidationError
 
 from bhgbrain_site.errors import InvalidInput, NotFound, describe_validation_error
+from mcp_bridge.tokens import FULL_ACCESS, Principal
 
 
 @dataclass(frozen=True)
 class CallContext:
-    """Who is calling, for the audit log (``client_id``)."""
+    """Who is calling: ``actor`` for the audit log (``client_id``), ``principal`` for access."""
 
     actor: str
+    principal: Principal = FULL_ACCESS
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class Tool:
     name: str
     input_model: type[BaseModel]
     handler: Callable[[Any, CallContext], dict[str, Any]]
+    writes: Callable[[Any], bool]
 
     @property
     def description(self) -> str:
@@ -34,11 +37,14 @@ class Tool:
 _TOOLS: dict[str, Tool] = {}
 
 
-def tool(name: str, input_model: type[BaseModel]) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
-    """Register ``handler(params, ctx)`` under ``name``; its docstring is the description."""
+def tool(
+    name: str, input_model: type[BaseModel], *, writes: Callable[[Any], bool] = lambda params: False
+) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
+    """Register ``handler(params, ctx)`` under ``name``; its docstring is the description.
+    ``writes(params)`` says whether the call changes data (refused for read-only tokens)."""
 
     def register(handler: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-        _TOOLS[name] = Tool(name=name, input_model=input_model, handler=handler)
+        _TOOLS[name] = Tool(name=name, input_model=input_model, handler=handler, writes=writes)
         return handler
 
     return register
@@ -69,7 +75,18 @@ def call_tool(name: str, arguments: Any, ctx: CallContext) -> dict[str, Any]:
     """Validate and run one tool call; raises DomainError subclasses on failure."""
     tool_ = get_tool(name)
     params = parse_arguments(tool_, arguments)
-    return tool_.handler(params, ctx)
+    return tool_.handler(_scoped(tool_, params, ctx.principal), ctx)
+
+
+def _scoped(tool_: Tool, params: BaseModel, principal: Principal) -> BaseModel:
+    """Check the caller may use the call's namespace; pin it so services filter by it."""
+    from django.conf import settings
+
+    namespace = getattr(params, "namespace", None) or principal.default_namespace(settings.BHGBRAIN.defaults.namespace)
+    principal.check(namespace, writes=tool_.writes(params))
+    if principal.namespaces is None or "namespace" not in type(params).model_fields:
+        return params
+    return params.model_copy(update={"namespace": namespace})
 
 
 def _load_tools() -> None:

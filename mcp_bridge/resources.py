@@ -21,6 +21,7 @@ class Resource:
     name: str
     description: str
     handler: Callable[[dict[str, str], dict[str, str], CallContext], dict[str, Any]]
+    scoped: bool = True  # reads a namespace's data (health://status does not)
 
     @property
     def is_template(self) -> bool:
@@ -37,6 +38,15 @@ def _namespace(query: dict[str, str]) -> str:
     if not NAMESPACE_RE.match(namespace):
         raise InvalidInput("namespace: must match ^[a-zA-Z0-9/-]{1,200}$")
     return namespace
+
+
+def _checked_query(uri: str, ctx: CallContext) -> dict[str, str]:
+    """Parse the query and check the caller may read its namespace (resources never write)."""
+    query = _query(uri)
+    if not query.get("namespace"):
+        query["namespace"] = ctx.principal.default_namespace(settings.BHGBRAIN.defaults.namespace)
+    ctx.principal.check(_namespace(query), writes=False)
+    return query
 
 
 def _limit(query: dict[str, str], default: int = 20) -> int:
@@ -117,7 +127,7 @@ RESOURCES: list[Resource] = [
     Resource("memory://inject", "Session inject", "Budgeted context block: categories, then the most useful memories (?namespace=&query=)", _memory_inject),
     Resource("category://list", "Category list", "Policy categories of the namespace with previews (?namespace=)", _category_list),
     Resource("collection://list", "Collection list", "Collections of the namespace with memory counts (?namespace=)", _collection_list),
-    Resource("health://status", "Health", "The full health snapshot", _health),
+    Resource("health://status", "Health", "The full health snapshot", _health, scoped=False),
     Resource("memory://{id}", "Memory", "One memory by id (?namespace=); counts as an access", _memory_detail),
     Resource("category://{name}", "Category", "One category with its full content (?namespace=)", _category_detail),
     Resource("collection://{name}", "Collection", "Memories of one collection, newest first (?namespace=&limit=&cursor=)", _collection_detail),
@@ -140,5 +150,6 @@ def read_resource(uri: str, ctx: CallContext) -> dict[str, Any]:
     for resource in sorted(RESOURCES, key=lambda r: r.is_template):
         args = _match(resource, base)
         if args is not None:
-            return resource.handler(args, _query(uri), ctx)
+            query = _checked_query(uri, ctx) if resource.scoped else _query(uri)
+            return resource.handler(args, query, ctx)
     raise NotFound(f"Unknown resource: {base[:200]}")

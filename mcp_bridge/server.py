@@ -31,8 +31,20 @@ def _json(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, default=str)
 
 
-def _actor(ctx: Any, transport: str) -> str:
-    return f"mcp:{transport}"
+def _caller(ctx: Any, transport: str) -> CallContext:
+    """stdio is the local user (full access); over HTTP the bearer token decides."""
+    from mcp_bridge.tokens import principal_for
+
+    request = getattr(ctx, "request", None)
+    if transport == "stdio" or request is None:
+        return CallContext(actor=f"mcp:{transport}")
+    peer = request.client.host if getattr(request, "client", None) else "unknown"
+    principal = principal_for(request.headers.get("authorization"))
+    if principal is None:  # the ASGI layer already refused these; never widen access here
+        from mcp_bridge.tokens import Principal
+
+        principal = Principal(name="none", namespaces=frozenset(), read_only=True)
+    return CallContext(actor=f"mcp:http:{peer}", principal=principal)
 
 
 def tool_definitions() -> list[types.Tool]:
@@ -42,9 +54,9 @@ def tool_definitions() -> list[types.Tool]:
     ]
 
 
-def _run_tool(name: str, arguments: dict[str, Any], actor: str) -> types.CallToolResult:
+def _run_tool(name: str, arguments: dict[str, Any], caller: CallContext) -> types.CallToolResult:
     try:
-        result = call_tool(name, arguments, CallContext(actor=actor))
+        result = call_tool(name, arguments, caller)
     except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope (bugs → INTERNAL)
         _status, body = to_envelope(exc)
         return types.CallToolResult(content=[types.TextContent(type="text", text=_json(body))], structured_content=body, is_error=True)
@@ -64,11 +76,9 @@ def build_server(transport: str) -> Server[Any]:
         return types.ListToolsResult(tools=await anyio.to_thread.run_sync(tool_definitions))
 
     async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        actor = _actor(ctx, transport)
-
         def work() -> types.CallToolResult:
             try:
-                return _run_tool(params.name, dict(params.arguments or {}), actor)
+                return _run_tool(params.name, dict(params.arguments or {}), _caller(ctx, transport))
             finally:
                 _close_connection()
 
@@ -88,11 +98,10 @@ def build_server(transport: str) -> Server[Any]:
 
     async def read(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         uri = str(params.uri)
-        actor = _actor(ctx, transport)
 
         def work() -> types.ReadResourceResult:
             try:
-                body = read_resource(uri, CallContext(actor=actor))
+                body = read_resource(uri, _caller(ctx, transport))
             except Exception as exc:  # noqa: BLE001 - the envelope is the resource's content
                 _status, body = to_envelope(exc)
                 body = {**body, "isError": True}

@@ -39,7 +39,7 @@ class ForgetParams(_Input):
     namespace: Namespace | None = None
 
 
-@tool("remember", RememberParams)
+@tool("remember", RememberParams, writes=lambda p: True)
 def remember(params: RememberParams, ctx: CallContext) -> dict[str, Any]:
     """Store a memory. Content is normalised, checked for secrets, deduplicated (exact
     checksum, then semantic similarity within the collection) and given a retention tier
@@ -113,7 +113,7 @@ def search(params: SearchParams, ctx: CallContext) -> dict[str, Any]:
     )
 
 
-@tool("forget", ForgetParams)
+@tool("forget", ForgetParams, writes=lambda p: True)
 def forget(params: ForgetParams, ctx: CallContext) -> dict[str, Any]:
     """Permanently delete one memory by id (NOT_FOUND if it does not exist, is archived,
     or belongs to another namespace than the one given)."""
@@ -127,7 +127,7 @@ class TagParams(_Input):
     namespace: Namespace | None = None
 
 
-@tool("tag", TagParams)
+@tool("tag", TagParams, writes=lambda p: True)
 def tag(params: TagParams, ctx: CallContext) -> dict[str, Any]:
     """Add and/or remove tags on one memory (at most 20 tags in total). Content and
     embedding are unchanged; the full-text index and the vector payload are updated."""
@@ -143,7 +143,7 @@ class CollectionsParams(_Input):
     force: bool = False
 
 
-@tool("collections", CollectionsParams)
+@tool("collections", CollectionsParams, writes=lambda p: p.action != "list")
 def collections(params: CollectionsParams, ctx: CallContext) -> dict[str, Any]:
     """List, create or delete the collections of a namespace. Deleting a non-empty
     collection needs force=true and deletes its memories (CONFLICT otherwise)."""
@@ -167,7 +167,7 @@ class CategoryParams(_Input):
     content: str | None = Field(default=None, min_length=1, max_length=100_000)
 
 
-@tool("category", CategoryParams)
+@tool("category", CategoryParams, writes=lambda p: p.action in ("set", "delete"))
 def category(params: CategoryParams, ctx: CallContext) -> dict[str, Any]:
     """Manage policy categories: always-injected context blocks (company values,
     architecture, coding requirements, custom) at the top of memory://inject. Actions:

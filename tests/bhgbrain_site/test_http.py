@@ -28,7 +28,7 @@ RUNBOOK_EXAMPLE = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    live = LiveServer(home=tmp_path_factory.mktemp("live"), config={"security": {"max_request_size_bytes": 200_000}}).start()
+    live = LiveServer(home=tmp_path_factory.mktemp("live"), config={"security": {"max_request_size_bytes": 200_000, "rate_limit_rpm": 100_000}}).start()
     yield live
     live.stop()
 

@@ -170,6 +170,9 @@ HOSTILE = [
     "'; DROP TABLE memories; --",
     "\"; DELETE FROM memories_fts; --",
     "memory_id:1 OR 1=1",
+    "scope : ns AND co",
+    "{content tags} : foo",
+    "^foo",
     "foo* bar^ {baz} [qux]",
     "\\",
     "认证\" OR \"1\"=\"1",
@@ -478,3 +481,18 @@ def test_ranking_in_a_namespace_does_not_depend_on_other_namespaces(hash_embedde
     after = ft("alpha gamma", namespace="bob")
     assert ids(after) == [double, single]
     assert [h.fulltext for h in after] == pytest.approx([h.fulltext for h in before])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_database_flush_also_clears_the_fulltext_index(hash_embedder) -> None:
+    """`manage.py flush` (and every transactional test's teardown) must work with the index table."""
+    from django.core.management import call_command
+
+    remember("The billing service runs on Kubernetes")
+    call_command("flush", interactive=False, verbosity=0)
+    assert Memory.objects.count() == 0
+    assert ft("kubernetes") == []
+    table = "memories_fts" if connection.vendor == "sqlite" else "memory_search"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT COUNT(*) FROM {table}")  # noqa: S608 - constant table name
+        assert cursor.fetchone()[0] == 0

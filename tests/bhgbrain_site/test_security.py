@@ -1,0 +1,183 @@
+"""HTTP security over real HTTP: rate limit, body size, scoped tokens (alice/bob), redaction."""
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from tests.live_server import LiveServer, server_env
+
+
+def _code(response: httpx.Response) -> str:
+    return response.json()["error"]["code"]
+
+
+def test_rate_limit_sliding_window_per_peer_with_headers(tmp_path: Path) -> None:
+    live = LiveServer(home=tmp_path, config={"security": {"rate_limit_rpm": 5}}).start()
+    try:
+        remaining = []
+        for i in range(5):
+            # a client-chosen id must not buy a fresh bucket
+            response = live.post("search", {"query": "anything"}, headers={"x-client-id": f"client-{i}"})
+            assert response.status_code == 200, response.text
+            assert response.headers["x-ratelimit-limit"] == "5"
+            remaining.append(int(response.headers["x-ratelimit-remaining"]))
+        assert remaining == [4, 3, 2, 1, 0]
+        limited = live.post("search", {"query": "anything"}, headers={"x-client-id": "fresh"})
+        assert limited.status_code == 429
+        assert limited.json() == {"error": {"code": "RATE_LIMITED", "message": limited.json()["error"]["message"], "retryable": True}}
+        assert limited.headers["x-ratelimit-remaining"] == "0"
+        assert httpx.get(live.url + "/resource", params={"uri": "health://status"}).status_code == 429
+        assert httpx.get(live.url + "/health").status_code == 200  # probes are never limited
+    finally:
+        live.stop()
+
+
+def test_bodies_over_the_limit_are_413_before_being_read(tmp_path: Path) -> None:
+    live = LiveServer(home=tmp_path, config={"security": {"max_request_size_bytes": 4096}}).start()
+    try:
+        declared = live.post("remember", {"content": "x" * 10_000})
+        assert declared.status_code == 413 and _code(declared) == "INVALID_INPUT"
+
+        def chunks():  # noqa: ANN202 - no content-length: chunked transfer
+            for _ in range(100):
+                yield b"x" * 1024
+
+        chunked = httpx.post(live.url + "/tool/remember", content=chunks(), headers={"content-type": "application/json"})
+        assert chunked.status_code == 413
+        mcp = httpx.post(live.url + "/mcp", content=b"{" + b" " * 10_000 + b"}", headers={"content-type": "application/json"})
+        assert mcp.status_code == 413
+        small = live.post("remember", {"content": "small enough"})
+        assert small.status_code == 200
+    finally:
+        live.stop()
+
+
+def _token(live: LiveServer, *args: str) -> str:
+    live.home.mkdir(parents=True, exist_ok=True)
+    live.config_path.write_text(json.dumps(live.config))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bhgbrain_site.cli", f"--config={live.config_path}", "token", "create", *args],
+        capture_output=True, text=True, env=server_env(), timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def actors(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    live = LiveServer(home=tmp_path_factory.mktemp("scoped"), config={"security": {"rate_limit_rpm": 100_000}},
+                      env={"BHGBRAIN_TOKEN": "master-token-value"})
+    tokens = {
+        "alice": _token(live, "--namespace", "alice", "--name", "alice"),
+        "bob": _token(live, "--namespace", "bob", "--name", "bob"),
+        "charlie": _token(live, "--namespace", "alice", "--read-only", "--name", "charlie"),
+    }
+    live.start()
+    yield live, tokens
+    live.stop()
+
+
+def _as(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_tokens_are_stored_hashed(actors) -> None:  # noqa: ANN001
+    live, tokens = actors
+    raw = (live.home / "bhgbrain.sqlite3").read_bytes()
+    assert tokens["alice"].encode() not in raw
+    assert tokens["alice"].startswith("bhg_")
+
+
+def test_scoped_tokens_never_cross_namespaces_over_http(actors) -> None:  # noqa: ANN001
+    live, tokens = actors
+    alice, bob = _as(tokens["alice"]), _as(tokens["bob"])
+    secret = live.post("remember", {"content": "Alice's salary review is on March 3rd"}, headers=alice).json()
+    assert secret["operation"] == "ADD"  # no namespace given: the token's own namespace
+    bob_memory = live.post("remember", {"content": "Bob prefers tabs", "namespace": "bob"}, headers=bob).json()
+    assert _code(live.post("remember", {"content": "x", "namespace": "alice"}, headers=bob)) == "AUTH_REQUIRED"
+    assert _code(live.post("search", {"query": "salary", "namespace": "alice"}, headers=bob)) == "AUTH_REQUIRED"
+    own = live.post("search", {"query": "salary"}, headers=bob).json()["results"]
+    assert own and {r["namespace"] for r in own} == {"bob"}  # bob's default is his own namespace
+    assert _code(live.post("forget", {"id": secret["id"]}, headers=bob)) == "NOT_FOUND"
+    assert _code(live.post("tag", {"id": secret["id"], "add": ["x"]}, headers=bob)) == "NOT_FOUND"
+    detail = httpx.get(live.url + "/resource", params={"uri": f"memory://{secret['id']}"}, headers=bob)
+    assert _code(detail) == "NOT_FOUND"
+    other = httpx.get(live.url + "/resource", params={"uri": f"memory://{secret['id']}?namespace=alice"}, headers=bob)
+    assert _code(other) == "AUTH_REQUIRED"
+    listing = httpx.get(live.url + "/resource", params={"uri": "memory://list?namespace=alice"}, headers=bob)
+    assert _code(listing) == "AUTH_REQUIRED"
+    found = live.post("search", {"query": "salary review"}, headers=alice).json()["results"]
+    assert [r["id"] for r in found] == [secret["id"]]
+    assert live.post("search", {"query": "tabs", "namespace": "bob"}, headers=bob).json()["results"][0]["id"] == bob_memory["id"]
+    master = live.post("search", {"query": "salary", "namespace": "alice"}, headers=_as("master-token-value"))
+    assert master.json()["results"][0]["id"] == secret["id"]
+    assert live.post("search", {"query": "salary"}, headers=_as("bhg_not-a-real-token")).status_code == 401
+    assert live.post("search", {"query": "salary"}).status_code == 401
+
+
+def test_read_only_token_reads_but_never_writes(actors) -> None:  # noqa: ANN001
+    live, tokens = actors
+    charlie = _as(tokens["charlie"])
+    assert _code(live.post("remember", {"content": "sneaky write"}, headers=charlie)) == "AUTH_REQUIRED"
+    assert _code(live.post("category", {"action": "set", "name": "x", "content": "y"}, headers=charlie)) == "AUTH_REQUIRED"
+    assert live.post("search", {"query": "salary"}, headers=charlie).status_code == 200
+    assert live.post("collections", {"action": "list"}, headers=charlie).status_code == 200
+
+
+def test_scoped_token_over_mcp_http(actors) -> None:  # noqa: ANN001
+    live, tokens = actors
+
+    async def session() -> dict[str, Any]:
+        client = create_mcp_http_client(headers=_as(tokens["bob"]))
+        async with client, streamable_http_client(live.url + "/mcp", http_client=client) as streams:
+            async with ClientSession(streams[0], streams[1]) as mcp:
+                await mcp.initialize()
+                return {
+                    "cross": await mcp.call_tool("search", {"query": "salary", "namespace": "alice"}),
+                    "own": await mcp.call_tool("remember", {"content": "Bob's MCP note"}),
+                    "resource": await mcp.read_resource("memory://list?namespace=alice"),
+                }
+
+    seen = asyncio.run(asyncio.wait_for(session(), timeout=60))
+    assert seen["cross"].is_error is True and seen["cross"].structured_content["error"]["code"] == "AUTH_REQUIRED"
+    assert seen["own"].is_error is not True
+    assert json.loads(seen["resource"].contents[0].text)["error"]["code"] == "AUTH_REQUIRED"
+
+
+def test_tokens_never_reach_the_logs(actors) -> None:  # noqa: ANN001
+    live, tokens = actors
+    live.post("remember", {"content": "x"}, headers=_as("wrong-token-abcdef123456"))
+    logs = live.stderr() + (live.home / "logs" / "bhgbrain.log").read_text()
+    for value in (*tokens.values(), "master-token-value", "wrong-token-abcdef123456"):
+        assert value not in logs
+
+
+def test_allow_unauthenticated_http_starts_with_a_loud_warning(tmp_path: Path) -> None:
+    live = LiveServer(home=tmp_path, config={"security": {"require_loopback_http": False, "allow_unauthenticated_http": True}})
+    live.home.mkdir(parents=True, exist_ok=True)
+    live.config_path.write_text(json.dumps(live.config))
+    proc = subprocess.Popen(live.command("--host=0.0.0.0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env())
+    try:
+        import time
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{live.port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=30)
+    assert "SECURITY WARNING" in err and "WITHOUT authentication" in err
