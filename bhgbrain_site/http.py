@@ -6,7 +6,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
@@ -74,3 +74,16 @@ async def resource(request: HttpRequest) -> JsonResponse:
     except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope
         return _error_response(exc)
     return JsonResponse(body, json_dumps_params={"ensure_ascii": False})
+
+
+@require_GET
+async def metrics_view(request: HttpRequest) -> HttpResponse:
+    """GET /metrics — Prometheus text, only when observability.metrics_enabled."""
+    from django.conf import settings
+
+    from bhgbrain_site.metrics import render_metrics
+
+    if not settings.BHGBRAIN.observability.metrics_enabled:
+        return JsonResponse(envelope("NOT_FOUND", "Metrics are disabled (observability.metrics_enabled)", False), status=404)
+    body = await sync_to_async(render_metrics, thread_sensitive=False)()
+    return HttpResponse(body, content_type="text/plain; version=0.0.4; charset=utf-8")

@@ -9,5 +9,6 @@ urlpatterns = [
     path("health", http.health, name="health"),
     path("tool/<str:name>", http.tool_call, name="tool"),
     path("resource", http.resource, name="resource"),
+    path("metrics", http.metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
 ]

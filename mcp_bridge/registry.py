@@ -73,9 +73,24 @@ def parse_arguments(tool_: Tool, arguments: Any) -> BaseModel:
 
 def call_tool(name: str, arguments: Any, ctx: CallContext) -> dict[str, Any]:
     """Validate and run one tool call; raises DomainError subclasses on failure."""
+    import time
+
+    from bhgbrain_site.errors import DomainError
+    from bhgbrain_site.metrics import metrics
+
     tool_ = get_tool(name)
-    params = parse_arguments(tool_, arguments)
-    return tool_.handler(_scoped(tool_, params, ctx.principal), ctx)
+    started, outcome = time.perf_counter(), "ok"
+    try:
+        params = parse_arguments(tool_, arguments)
+        return tool_.handler(_scoped(tool_, params, ctx.principal), ctx)
+    except DomainError as exc:
+        outcome = exc.code
+        raise
+    except Exception:
+        outcome = "INTERNAL"
+        raise
+    finally:
+        metrics.tool_call(tool_.name, outcome, time.perf_counter() - started)
 
 
 def _scoped(tool_: Tool, params: BaseModel, principal: Principal) -> BaseModel:

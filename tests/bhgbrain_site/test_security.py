@@ -181,3 +181,25 @@ def test_allow_unauthenticated_http_starts_with_a_loud_warning(tmp_path: Path) -
         proc.terminate()
         _out, err = proc.communicate(timeout=30)
     assert "SECURITY WARNING" in err and "WITHOUT authentication" in err
+
+
+def test_metrics_are_prometheus_histograms_only_when_enabled(tmp_path: Path) -> None:
+    live = LiveServer(home=tmp_path, config={"observability": {"metrics_enabled": True}}).start()
+    try:
+        for _ in range(3):
+            live.post("search", {"query": "anything"})
+        live.post("remember", {"content": "x", "bogus": 1})
+        text = httpx.get(live.url + "/metrics").text
+        assert 'bhgbrain_tool_calls_total{tool="search",outcome="ok"} 3' in text
+        assert 'bhgbrain_tool_calls_total{tool="remember",outcome="INVALID_INPUT"} 1' in text
+        assert 'bhgbrain_tool_duration_seconds_bucket{tool="search",le="+Inf"} 3' in text
+        assert 'bhgbrain_tool_duration_seconds_count{tool="search"} 3' in text
+        assert "# TYPE bhgbrain_tool_duration_seconds histogram" in text
+        assert "bhgbrain_memory_count 0" in text
+    finally:
+        live.stop()
+    disabled = LiveServer(home=tmp_path / "off").start()
+    try:
+        assert httpx.get(disabled.url + "/metrics").status_code == 404
+    finally:
+        disabled.stop()

@@ -170,3 +170,23 @@ def test_streamable_http_requires_the_bearer_token_when_configured(tmp_path: Pat
         assert _run(session)["result"].structured_content["operation"] == "ADD"
     finally:
         live.stop()
+
+
+def test_started_as_claude_desktop_would_remember_and_recall(tmp_path: Path) -> None:
+    """The console script, as in the README's claude_desktop_config.json: own cwd, minimal env."""
+    script = Path(sys.executable).with_name("bhgbrain")
+    env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "")}
+    params = StdioServerParameters(command=str(script), args=["server", "start", "--stdio"], env=env, cwd=str(tmp_path))
+
+    async def session() -> dict[str, Any]:
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                stored = await client.call_tool("remember", {"content": "Claude Desktop stored this: deploy freeze starts Dec 20"})
+                recalled = await client.call_tool("recall", {"query": "when does the deploy freeze start?"})
+                return {"stored": stored, "recalled": recalled}
+
+    seen = _run(session)
+    assert seen["stored"].structured_content["operation"] == "ADD"
+    assert seen["recalled"].structured_content["results"][0]["id"] == seen["stored"].structured_content["id"]
+    assert (tmp_path / ".bhgbrain" / "config.json").exists()  # first run created the default config
