@@ -160,7 +160,7 @@ def package_version(name: str) -> str:
 
 
 def product_revision() -> str:
-    """The git commit of the code under test, flagged when the working tree has local edits."""
+    """The git commit of the code under test, with a fingerprint of local edits to tracked files."""
     def git(*args: str) -> str:
         return subprocess.run(
             ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
@@ -168,10 +168,12 @@ def product_revision() -> str:
 
     try:
         commit = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        diff = git("diff", "HEAD")
     except (OSError, subprocess.SubprocessError):
         return "unknown (not a git checkout)"
-    return f"{commit} (with uncommitted changes)" if dirty else commit
+    if not diff:
+        return commit
+    return f"{commit} with uncommitted changes (diff sha256 {hashlib.sha256(diff.encode()).hexdigest()[:12]})"
 
 
 def database_description() -> str:
@@ -947,6 +949,7 @@ def load_model() -> tuple[Embedder, float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     load_at_start = load_average()
+    machine = machine_info()  # before the long run: the revision is the code imported at start
     embedder, load_ms = load_model()
     memory_start = asdict(memory_snapshot())
     work, vectors = make_workload(args, embedder)
@@ -956,7 +959,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             wipe_store()
         sizes.append(run_size(size, args, work, embedder))
     return {
-        "machine": {**machine_info(), "loadavg": f"{load_at_start} at start, {load_average()} at end"},
+        "machine": {**machine, "loadavg": f"{load_at_start} at start, {load_average()} at end"},
         "run": {
             "sizes": args.sizes, "namespaces": args.namespaces, "seed": args.seed, "sentences": args.sentences,
             "queries": args.queries, "warmup": WARMUP, "limit": LIMIT, "database_url_given": bool(args.database_url),

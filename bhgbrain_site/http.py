@@ -87,3 +87,12 @@ async def metrics_view(request: HttpRequest) -> HttpResponse:
         return JsonResponse(envelope("NOT_FOUND", "Metrics are disabled (observability.metrics_enabled)", False), status=404)
     body = await sync_to_async(render_metrics, thread_sensitive=False)()
     return HttpResponse(body, content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    """Unknown URLs answer with the error envelope too."""
+    return JsonResponse(envelope("NOT_FOUND", f"No such endpoint: {request.path[:200]}", False), status=404)
+
+
+def server_error(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(envelope("INTERNAL", "Internal error", False), status=500)

@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_q",
     "memories",
     "categories",
@@ -62,6 +63,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "bhgbrain_site.security.bearer_auth_middleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -119,13 +121,32 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BHGBRAIN_DATA_DIR / "static"
+WHITENOISE_USE_FINDERS = True  # admin and Swagger UI assets straight from the installed apps
+WHITENOISE_AUTOREFRESH = False
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = BHGBRAIN.security.max_request_size_bytes
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Access is decided by bhgbrain_site.security (bearer / scoped tokens) before DRF runs.
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
+    "UNAUTHENTICATED_USER": None,
+    "EXCEPTION_HANDLER": "bhgbrain_site.api.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
 }
-SPECTACULAR_SETTINGS = {"TITLE": "BHGBrain API", "VERSION": "0.1.0"}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "BHGBrain API",
+    "DESCRIPTION": "Persistent memory for AI agents. Every endpoint but /health needs `Authorization: Bearer <token>` when a token is configured.",
+    "VERSION": "0.1.0",
+    "OAS_VERSION": "3.1.0",  # the tool models' optional fields use JSON Schema's null type
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",  # bundled assets: no CDN needed
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "APPEND_COMPONENTS": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    "SECURITY": [{"bearer": []}],
+}
 
 Q_CLUSTER = {
     "name": "bhgbrain",

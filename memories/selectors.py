@@ -91,13 +91,24 @@ def _parse_cursor(cursor: str | None) -> tuple[datetime, str] | None:
         raise InvalidInput("cursor: not a cursor returned by a previous page") from None
 
 
-def memories_page(*, namespace: str, limit: int, cursor: str | None, collection: str | None = None) -> dict[str, Any]:
+def memories_page(
+    *, namespace: str, limit: int, cursor: str | None, collection: str | None = None,
+    memory_type: str | None = None, tier: str | None = None, tag: str | None = None,
+) -> dict[str, Any]:
     """Newest first, keyset-paginated on (created_at, id): stable under equal timestamps."""
     from django.db.models import Q
 
     rows = Memory.objects.filter(namespace=namespace, archived=False).defer("embedding")
     if collection is not None:
         rows = rows.filter(collection=collection)
+    if memory_type:
+        rows = rows.filter(type=memory_type)
+    if tier:
+        rows = rows.filter(retention_tier=tier)
+    if tag:
+        # JSON containment is not portable to SQLite: match tags in Python over a bounded scan
+        ids = [m.id for m in rows.only("id", "tags").order_by("-created_at", "-id")[:5000] if tag in m.tags]
+        rows = rows.filter(id__in=ids)
     total = rows.count()
     position = _parse_cursor(cursor)
     if position is not None:
@@ -108,3 +119,22 @@ def memories_page(*, namespace: str, limit: int, cursor: str | None, collection:
     page = page[:limit]
     next_cursor = f"{iso(page[-1].created_at)}|{page[-1].id}" if more and page else None
     return {"items": [memory_to_dict(m) for m in page], "cursor": next_cursor, "total_results": total, "truncated": more}
+
+
+def audit_entries(*, namespace: str, limit: int, operation: str | None = None, memory_id: str | None = None) -> list[dict[str, Any]]:
+    from bhgbrain_site.errors import InvalidInput
+    from memories.models import AuditLog
+
+    rows = AuditLog.objects.filter(namespace=namespace)
+    if operation:
+        rows = rows.filter(operation=operation.upper())
+    if memory_id:
+        try:
+            rows = rows.filter(memory_id=uuid.UUID(memory_id))
+        except ValueError:
+            raise InvalidInput("memory_id: must be a UUID") from None
+    return [
+        {"id": row.id, "timestamp": iso(row.timestamp), "operation": row.operation, "namespace": row.namespace,
+         "memory_id": str(row.memory_id) if row.memory_id else None, "client_id": row.client_id, "details": row.details}
+        for row in rows.order_by("-timestamp", "-id")[:limit]
+    ]

@@ -1,0 +1,125 @@
+"""REST API for memories, collections and the audit log: thin views over the tool registry."""
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from bhgbrain_site.api import call_context
+from bhgbrain_site.errors import InvalidInput
+from mcp_bridge.registry import call_tool
+from mcp_bridge.resources import read_resource
+from mcp_bridge.tools import CollectionsParams, RememberParams, TagParams
+
+NAMESPACE = OpenApiParameter("namespace", str, description="namespace (default: the configured one)")
+CURSOR = OpenApiParameter("cursor", str, description="cursor from the previous page (created_at|id)")
+LIMIT = OpenApiParameter("limit", int, description="page size 1–100 (default 20)")
+
+
+def _ns(request: Request) -> dict[str, str]:
+    namespace = request.query_params.get("namespace")
+    return {"namespace": namespace} if namespace else {}
+
+
+def _body(request: Request) -> dict[str, Any]:
+    if not isinstance(request.data, dict):
+        raise InvalidInput("Invalid input: the body must be a JSON object")
+    return dict(request.data)
+
+
+class MemoryListView(APIView):
+    @extend_schema(parameters=[NAMESPACE, CURSOR, LIMIT, OpenApiParameter("type", str), OpenApiParameter("tier", str),
+                               OpenApiParameter("tag", str)], responses=OpenApiTypes.OBJECT, operation_id="memories_list")
+    def get(self, request: Request) -> Response:
+        """Memories, newest first, keyset-paginated; filters: type, tier, tag."""
+        from memories.selectors import memories_page
+
+        ctx = call_context(request)
+        namespace = request.query_params.get("namespace") or ctx.principal.default_namespace(_default_namespace())
+        ctx.principal.check(namespace, writes=False)
+        params = request.query_params
+        limit = params.get("limit", "20")
+        if not limit.isdigit() or not 1 <= int(limit) <= 100:
+            raise InvalidInput("limit: must be an integer from 1 to 100")
+        return Response(memories_page(namespace=namespace, limit=int(limit), cursor=params.get("cursor"),
+                                      memory_type=params.get("type"), tier=params.get("tier"), tag=params.get("tag")))
+
+    @extend_schema(request=RememberParams, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request) -> Response:
+        """Remember (the remember tool): 201 for ADD, 200 for UPDATE/NOOP."""
+        result = call_tool("remember", _body(request), call_context(request))
+        return Response(result, status=201 if result["operation"] == "ADD" else 200)
+
+
+def _default_namespace() -> str:
+    from django.conf import settings
+
+    return settings.BHGBRAIN.defaults.namespace
+
+
+class MemoryDetailView(APIView):
+    @extend_schema(parameters=[NAMESPACE], responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, memory_id: str) -> Response:
+        """One memory (counts as an access, like memory://{id})."""
+        query = f"?namespace={request.query_params['namespace']}" if "namespace" in request.query_params else ""
+        return Response(read_resource(f"memory://{memory_id}{query}", call_context(request)))
+
+    @extend_schema(parameters=[NAMESPACE], responses=OpenApiTypes.OBJECT)
+    def delete(self, request: Request, memory_id: str) -> Response:
+        """Forget: permanently delete the memory."""
+        return Response(call_tool("forget", {"id": memory_id, **_ns(request)}, call_context(request)))
+
+
+class MemoryTagsView(APIView):
+    @extend_schema(request=TagParams, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, memory_id: str) -> Response:
+        """Add/remove tags ({"add": [...], "remove": [...]})."""
+        return Response(call_tool("tag", {**_body(request), "id": memory_id}, call_context(request)))
+
+
+class CollectionListView(APIView):
+    @extend_schema(parameters=[NAMESPACE], responses=OpenApiTypes.OBJECT, operation_id="collections_list")
+    def get(self, request: Request) -> Response:
+        return Response(call_tool("collections", {"action": "list", **_ns(request)}, call_context(request)))
+
+    @extend_schema(request=CollectionsParams, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request) -> Response:
+        """Create a collection ({"name": ..., "namespace": ...})."""
+        return Response(call_tool("collections", {**_body(request), "action": "create"}, call_context(request)), status=201)
+
+
+class CollectionDetailView(APIView):
+    @extend_schema(parameters=[NAMESPACE, CURSOR, LIMIT], responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, name: str) -> Response:
+        from urllib.parse import urlencode
+
+        query = urlencode({k: v for k, v in request.query_params.items() if k in ("namespace", "cursor", "limit")})
+        return Response(read_resource(f"collection://{name}?{query}", call_context(request)))
+
+    @extend_schema(parameters=[NAMESPACE, OpenApiParameter("force", bool)], responses=OpenApiTypes.OBJECT)
+    def delete(self, request: Request, name: str) -> Response:
+        force = request.query_params.get("force", "false").lower() in ("1", "true", "yes")
+        return Response(call_tool("collections", {"action": "delete", "name": name, "force": force, **_ns(request)},
+                                  call_context(request)))
+
+
+class AuditListView(APIView):
+    @extend_schema(parameters=[NAMESPACE, LIMIT, OpenApiParameter("operation", str), OpenApiParameter("memory_id", str)],
+                   responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request) -> Response:
+        """Recent audit entries of a namespace, newest first."""
+        from memories.selectors import audit_entries
+
+        ctx = call_context(request)
+        namespace = request.query_params.get("namespace") or ctx.principal.default_namespace(_default_namespace())
+        ctx.principal.check(namespace, writes=False)
+        limit = request.query_params.get("limit", "50")
+        if not limit.isdigit() or not 1 <= int(limit) <= 500:
+            raise InvalidInput("limit: must be an integer from 1 to 500")
+        return Response({"entries": audit_entries(namespace=namespace, limit=int(limit),
+                                                  operation=request.query_params.get("operation"),
+                                                  memory_id=request.query_params.get("memory_id"))})

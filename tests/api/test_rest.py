@@ -1,0 +1,103 @@
+"""The REST API under /api/ over real HTTP, its OpenAPI schema, and schemathesis fuzzing for 5xx."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.live_server import LiveServer
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    live = LiveServer(home=tmp_path_factory.mktemp("api"), config={"security": {"rate_limit_rpm": 1_000_000}}).start()
+    yield live
+    live.stop()
+
+
+def test_memories_crud_and_filters(api: LiveServer) -> None:
+    url = api.url + "/api"
+    created = httpx.post(f"{url}/memories/", json={"content": "REST: the ledger service uses event sourcing", "tags": ["ledger"], "namespace": "rest"})
+    assert created.status_code == 201 and created.json()["operation"] == "ADD"
+    memory_id = created.json()["id"]
+    assert httpx.post(f"{url}/memories/", json={"content": "REST: the ledger service uses event sourcing", "namespace": "rest"}).status_code == 200
+    page = httpx.get(f"{url}/memories/", params={"namespace": "rest", "limit": 1, "tag": "ledger"}).json()
+    assert page["items"][0]["id"] == memory_id and page["total_results"] == 1
+    assert httpx.get(f"{url}/memories/", params={"namespace": "rest", "tier": "T0"}).json()["items"] == []
+    assert httpx.get(f"{url}/memories/{memory_id}/", params={"namespace": "rest"}).json()["id"] == memory_id
+    tagged = httpx.post(f"{url}/memories/{memory_id}/tags/", json={"add": ["events"], "namespace": "rest"}).json()
+    assert tagged["tags"] == ["ledger", "events"]
+    found = httpx.post(f"{url}/search/", json={"query": "event sourcing", "namespace": "rest"}).json()["results"]
+    assert found[0]["id"] == memory_id
+    recalled = httpx.post(f"{url}/recall/", json={"query": "how does the ledger store changes?", "namespace": "rest"}).json()
+    assert recalled["results"][0]["id"] == memory_id
+    audit = httpx.get(f"{url}/audit/", params={"namespace": "rest"}).json()["entries"]
+    assert [e["operation"] for e in audit][:2] == ["TAG", "ADD"]
+    assert httpx.delete(f"{url}/memories/{memory_id}/", params={"namespace": "rest"}).json() == {"deleted": True, "id": memory_id}
+    gone = httpx.get(f"{url}/memories/{memory_id}/", params={"namespace": "rest"})
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "NOT_FOUND"
+
+
+def test_collections_and_categories(api: LiveServer) -> None:
+    url = api.url + "/api"
+    assert httpx.post(f"{url}/collections/", json={"name": "decisions", "namespace": "rest2"}).status_code == 201
+    httpx.post(f"{url}/memories/", json={"content": "We chose Postgres", "collection": "decisions", "namespace": "rest2"})
+    listing = httpx.get(f"{url}/collections/", params={"namespace": "rest2"}).json()
+    assert {"name": "decisions", "count": 1} in listing["collections"]
+    conflict = httpx.delete(f"{url}/collections/decisions/", params={"namespace": "rest2"})
+    assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "CONFLICT"
+    deleted = httpx.delete(f"{url}/collections/decisions/", params={"namespace": "rest2", "force": "true"}).json()
+    assert deleted["deleted_memory_count"] == 1
+    category = httpx.post(f"{url}/categories/", json={"name": "values", "slot": "company-values", "content": "Safety first", "namespace": "rest2"})
+    assert category.json()["revision"] == 1
+    assert httpx.get(f"{url}/categories/values/", params={"namespace": "rest2"}).json()["content"] == "Safety first"
+    assert httpx.get(f"{url}/categories/", params={"namespace": "rest2"}).json()["categories"][0]["name"] == "values"
+    assert httpx.delete(f"{url}/categories/values/", params={"namespace": "rest2"}).json() == {"ok": True, "name": "values"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "code"),
+    [
+        ("POST", "/api/memories/", {"content": "x", "nope": 1}, 400, "INVALID_INPUT"),
+        ("POST", "/api/memories/", [1, 2], 400, "INVALID_INPUT"),
+        ("POST", "/api/search/", {"query": ""}, 400, "INVALID_INPUT"),
+        ("GET", "/api/memories/?limit=0", None, 400, "INVALID_INPUT"),
+        ("GET", "/api/memories/?cursor=garbage", None, 400, "INVALID_INPUT"),
+        ("GET", "/api/memories/not-a-uuid/", None, 400, "INVALID_INPUT"),
+        ("GET", "/api/nowhere/", None, 404, "NOT_FOUND"),
+        ("PUT", "/api/search/", {"query": "x"}, 405, "INVALID_INPUT"),
+    ],
+)
+def test_errors_use_the_envelope(api: LiveServer, method: str, path: str, body: object, status: int, code: str) -> None:
+    response = httpx.request(method, api.url + path, json=body)
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["code"] == code
+
+
+def test_schema_and_swagger_ui_are_served_offline(api: LiveServer) -> None:
+    schema = httpx.get(api.url + "/api/schema/", headers={"accept": "application/json"})
+    assert schema.status_code == 200
+    paths = schema.json()["paths"]
+    assert {"/api/memories/", "/api/search/", "/api/recall/", "/api/categories/", "/api/collections/", "/api/audit/"} <= set(paths)
+    docs = httpx.get(api.url + "/api/docs/")
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    asset = [line for line in docs.text.split('"') if line.endswith("swagger-ui-bundle.js")][0]
+    assert httpx.get(api.url + asset).status_code == 200  # bundled, not from a CDN
+
+
+def test_schemathesis_finds_no_server_error(api: LiveServer) -> None:
+    """Property-based fuzzing of every operation in /api/schema/: no response may be a 5xx."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cli = shutil.which("schemathesis", path=str(Path(sys.executable).parent)) or "schemathesis"
+    proc = subprocess.run(
+        [cli, "run", api.url + "/api/schema/?format=json", "--checks", "not_a_server_error",
+         "--max-examples", "25", "--generation-deterministic", "--request-timeout", "30", "--workers", "1"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "Tested: 16" in proc.stdout and " passed" in proc.stdout and "Rate limited" not in proc.stdout
