@@ -660,6 +660,69 @@ def bulk_load(
 
 # --------------------------------------------------------------------------- measurement
 
+StepTarget = tuple[object, str, str]  # (object or module, attribute, step label)
+
+
+@contextmanager
+def _timed_attribute(owner: object, name: str, bucket: list[float]) -> Iterator[None]:
+    """Replace ``owner.name`` with a wrapper adding each call's ms to ``bucket``; restore on exit."""
+    original = getattr(owner, name)
+    own_attribute = name in vars(owner)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter_ns()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            bucket.append((time.perf_counter_ns() - t0) / 1e6)
+
+    setattr(owner, name, wrapper)
+    try:
+        yield
+    finally:
+        if own_attribute:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)  # the wrapper shadowed a class method on an instance
+
+
+@contextmanager
+def recording_steps(targets: Sequence[StepTarget]) -> Iterator[dict[str, list[float]]]:
+    """Time every call of the target product functions; yields label -> ms of the calls since last cleared."""
+    calls: dict[str, list[float]] = {label: [] for _, _, label in targets}
+    with ExitStack() as stack:
+        for owner, name, label in targets:
+            stack.enter_context(_timed_attribute(owner, name, calls[label]))
+        yield calls
+
+
+def search_steps() -> list[StepTarget]:
+    from memories.embeddings import get_embedder
+    from memories.vector_index import get_vector_index
+    from search import fulltext, selectors
+
+    return [
+        (get_embedder(), "embed_query", "embed query"), (get_vector_index(), "search", "vector search"),
+        (fulltext, "search", "FTS query"), (selectors, "_attach", "load rows"),
+    ]
+
+
+def remember_steps() -> list[StepTarget]:
+    from memories.embeddings import get_embedder
+    from memories.vector_index import get_vector_index
+    from search import fulltext
+
+    return [
+        (get_embedder(), "embed_passage", "embed passage"), (get_vector_index(), "search", "vector search"),
+        (fulltext, "index_memory", "FTS index"),
+    ]
+
+
+def _percentile(values: Sequence[float], pct: int) -> float:
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
+
 
 @dataclass
 class Phase:
@@ -668,58 +731,88 @@ class Phase:
     wall_s: float = 0.0
     hits: list[int] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)
+    steps: dict[str, list[float]] = field(default_factory=dict)
 
-    def percentile(self, pct: int) -> float:
-        if len(self.latencies_ms) < 2:
-            return self.latencies_ms[0] if self.latencies_ms else float("nan")
-        return statistics.quantiles(self.latencies_ms, n=100, method="inclusive")[pct - 1]
+    def add(self, ms: float, result: int | str, step_calls: dict[str, list[float]]) -> None:
+        self.latencies_ms.append(ms)
+        if isinstance(result, int):
+            self.hits.append(result)
+        else:
+            self.outcomes[result] += 1
+        for label, bucket in step_calls.items():
+            self.steps.setdefault(label, []).append(sum(bucket))
+            bucket.clear()
+
+    def step_summary(self) -> dict[str, dict[str, float]]:
+        """Mean and p95 ms per call of each step that ran, plus the rest of the call ("other")."""
+        used = {label: values for label, values in self.steps.items() if any(values)}
+        other = [total - sum(v[i] for v in used.values()) for i, total in enumerate(self.latencies_ms)]
+        return {
+            label: {"mean_ms": statistics.fmean(values), "p95_ms": _percentile(values, 95)}
+            for label, values in {**used, "other": other}.items()
+        }
 
     def summary(self) -> dict[str, Any]:
         nan = float("nan")
         return {
             "calls": len(self.latencies_ms),
-            "p50_ms": self.percentile(50),
-            "p95_ms": self.percentile(95),
-            "p99_ms": self.percentile(99),
+            "p50_ms": _percentile(self.latencies_ms, 50),
+            "p95_ms": _percentile(self.latencies_ms, 95),
+            "p99_ms": _percentile(self.latencies_ms, 99),
             "mean_ms": statistics.fmean(self.latencies_ms) if self.latencies_ms else nan,
             "max_ms": max(self.latencies_ms, default=nan),
             "throughput_per_s": len(self.latencies_ms) / self.wall_s if self.wall_s > 0 else nan,
             "mean_hits": statistics.fmean(self.hits) if self.hits else None,
             "outcomes": dict(self.outcomes),
+            "steps": self.step_summary(),
         }
 
 
+def timed_phase(name: str, count: int, call: Callable[[int], int | str], targets: Sequence[StepTarget]) -> Phase:
+    """Run ``call(0..count-1)`` sequentially, timing each call and the product steps inside it."""
+    phase = Phase(name)
+    with recording_steps(targets) as step_calls:
+        started = time.perf_counter()
+        for i in range(count):
+            t0 = time.perf_counter_ns()
+            result = call(i)
+            phase.add((time.perf_counter_ns() - t0) / 1e6, result, step_calls)
+        phase.wall_s = time.perf_counter() - started
+    return phase
+
+
 def search_call(query: str, namespace: str, mode: str) -> int:
+    """One search through the product selector; returns the number of results."""
     from search.selectors import memories_search
 
     return len(memories_search(query=query, namespace=namespace, collection=None, mode=mode, limit=LIMIT))
 
 
+def remember_call(text: str, namespace: str) -> str:
+    """One remember through the product service; returns its operation (ADD, UPDATE or NOOP)."""
+    from memories.services import RememberInput, memory_remember
+
+    data = RememberInput(content=text, namespace=namespace, collection=COLLECTION)
+    return memory_remember(data=data, actor=ACTOR).operation
+
+
 def time_searches(mode: str, questions: Sequence[str], namespaces: Sequence[str]) -> Phase:
-    phase = Phase(mode)
-    started = time.perf_counter()
-    for i, question in enumerate(questions):
-        t0 = time.perf_counter_ns()
-        hits = search_call(question, namespaces[i % len(namespaces)], mode)
-        phase.latencies_ms.append((time.perf_counter_ns() - t0) / 1e6)
-        phase.hits.append(hits)
-    phase.wall_s = time.perf_counter() - started
-    return phase
+    def call(i: int) -> int:
+        return search_call(questions[i], namespaces[i % len(namespaces)], mode)
+
+    return timed_phase(mode, len(questions), call, search_steps())
 
 
 def time_remembers(texts: Sequence[str], namespaces: Sequence[str]) -> Phase:
-    from memories.services import RememberInput, memory_remember
+    def call(i: int) -> str:
+        return remember_call(texts[i], namespaces[i % len(namespaces)])
 
-    phase = Phase("remember")
-    started = time.perf_counter()
-    for i, text in enumerate(texts):
-        data = RememberInput(content=text, namespace=namespaces[i % len(namespaces)], collection=COLLECTION)
-        t0 = time.perf_counter_ns()
-        result = memory_remember(data=data, actor=ACTOR)
-        phase.latencies_ms.append((time.perf_counter_ns() - t0) / 1e6)
-        phase.outcomes[result.operation] += 1
-    phase.wall_s = time.perf_counter() - started
-    return phase
+    return timed_phase("remember", len(texts), call, remember_steps())
+
+
+def warm_up(mode: str, questions: Sequence[str], namespaces: Sequence[str]) -> None:
+    for i, question in enumerate(questions):
+        search_call(question, namespaces[i % len(namespaces)], mode)
 
 
 def first_searches(question: str, namespace: str) -> dict[str, float]:
@@ -733,66 +826,6 @@ def first_searches(question: str, namespace: str) -> dict[str, float]:
         search_call(question, namespace, mode)
         out[mode] = (time.perf_counter() - t0) * 1e3
     return out
-
-
-# --------------------------------------------------------------------------- per-step split
-
-
-STEPS = ("embed query", "vector search", "FTS query", "load rows")
-
-
-@contextmanager
-def _timed_attribute(owner: object, name: str, bucket: list[float]) -> Iterator[None]:
-    """Replace ``owner.name`` with a wrapper adding each call's ms to ``bucket``; restore on exit."""
-    original = getattr(owner, name)
-    in_dict = name in vars(owner)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter_ns()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            bucket.append((time.perf_counter_ns() - t0) / 1e6)
-
-    setattr(owner, name, wrapper)
-    try:
-        yield
-    finally:
-        if in_dict:
-            setattr(owner, name, original)
-        else:
-            delattr(owner, name)  # an instance attribute shadowing the class method
-
-
-def step_split(mode: str, questions: Sequence[str], namespaces: Sequence[str]) -> dict[str, dict[str, float]]:
-    """Mean and p95 ms per query of each product step of ``memories_search`` (one extra pass)."""
-    from memories.embeddings import get_embedder
-    from memories.vector_index import get_vector_index
-    from search import fulltext, selectors
-
-    per_step: dict[str, list[float]] = {step: [] for step in STEPS}
-    totals: list[float] = []
-    targets = (
-        (get_embedder(), "embed_query", "embed query"), (get_vector_index(), "search", "vector search"),
-        (fulltext, "search", "FTS query"), (selectors, "_attach", "load rows"),
-    )
-    for i, question in enumerate(questions):
-        calls: dict[str, list[float]] = {step: [] for step in STEPS}
-        with ExitStack() as stack:
-            for owner, name, step in targets:
-                stack.enter_context(_timed_attribute(owner, name, calls[step]))
-            t0 = time.perf_counter_ns()
-            search_call(question, namespaces[i % len(namespaces)], mode)
-            totals.append((time.perf_counter_ns() - t0) / 1e6)
-        for step in STEPS:
-            per_step[step].append(sum(calls[step]))
-    per_step["other"] = [total - sum(per_step[s][i] for s in STEPS) for i, total in enumerate(totals)]
-    per_step["total"] = totals
-    return {
-        step: {"mean_ms": statistics.fmean(values), "p95_ms": Phase(step, values).percentile(95)}
-        for step, values in per_step.items()
-        if any(v > 0 for v in values) or step == "total"
-    }
 
 
 # --------------------------------------------------------------------------- one store size
@@ -832,13 +865,10 @@ def run_size(size: int, args: argparse.Namespace, work: Workload, embedder: Embe
     after_index = memory_snapshot()
 
     phases: dict[str, Phase] = {}
-    steps: dict[str, dict[str, dict[str, float]]] = {}
     for mode in MODES:
         print(f"[size {size}] {mode}: {WARMUP} warm-up + {len(work.questions)} timed queries", file=sys.stderr)
-        time_searches(mode, work.warmup_questions, namespaces)
+        warm_up(mode, work.warmup_questions, namespaces)
         phases[mode] = time_searches(mode, work.questions, namespaces)
-    for mode in MODES:
-        steps[mode] = step_split(mode, work.questions, namespaces)
     print(f"[size {size}] remember: {len(work.new_texts)} calls", file=sys.stderr)
     phases["remember"] = time_remembers(work.new_texts, namespaces)
     return {
@@ -851,7 +881,6 @@ def run_size(size: int, args: argparse.Namespace, work: Workload, embedder: Embe
         "memory_after_load": asdict(after_load),
         "memory_after_index_load": asdict(after_index),
         "phases": {name: phase.summary() for name, phase in phases.items()},
-        "steps": steps,
         "store_end": live_count(),
         "memory_end": asdict(memory_snapshot()),
         "raw_latencies_ms": {name: [round(v, 4) for v in phase.latencies_ms] for name, phase in phases.items()},
@@ -917,10 +946,10 @@ def print_size(result: dict[str, Any]) -> None:
             f"{s['mean_ms']:>9.2f}{s['max_ms']:>9.2f}{s['throughput_per_s']:>9.1f}  {note}"
         )
     print()
-    print("  Per-step split of memories_search (separate pass; mean / p95 ms per query)")
-    for mode, steps in result["steps"].items():
-        cells = "  ".join(f"{step} {v['mean_ms']:.2f}/{v['p95_ms']:.2f}" for step, v in steps.items())
-        print(f"  {mode:<10}{cells}")
+    print("  Time per call spent in each product step, mean / p95 ms (timed with the calls above)")
+    for name, s in result["phases"].items():
+        cells = "  ".join(f"{step} {v['mean_ms']:.2f}/{v['p95_ms']:.2f}" for step, v in s["steps"].items())
+        print(f"  {name:<10}{cells}")
     print(f"  store at end: {result['store_end']} live memories (bulk load + remember ADDs)")
     print()
 

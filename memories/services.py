@@ -441,3 +441,47 @@ def collection_delete(*, namespace: str, name: str, force: bool, actor: str) -> 
             details={"name": name, "deleted_memory_count": count},
         )
     return {"ok": True, "namespace": namespace, "name": name, "deleted_memory_count": count}
+
+
+EDITABLE_FIELDS = ("content", "type", "tags", "category", "importance", "retention_tier", "collection")
+
+
+def memory_edit(*, memory_id: str, changes: dict[str, Any], actor: str) -> Memory:
+    """A curator's edit (the admin): content re-normalised, checked for secrets, re-embedded and
+    re-indexed; a tier change recomputes expiry; T0 content keeps a revision; one audit row."""
+    unknown = set(changes) - set(EDITABLE_FIELDS)
+    if unknown:
+        raise InvalidInput(f"{sorted(unknown)[0]}: not editable")
+    now = timezone.now()
+    content_changed = False
+    with transaction.atomic():
+        memory = Memory.objects.select_for_update().filter(pk=_parse_uuid(memory_id), archived=False).first()
+        if memory is None:
+            raise NotFound(f"Memory {memory_id} not found")
+        before = {field: getattr(memory, field) for field in changes}
+        if "content" in changes and normalize.normalize_content(changes["content"]) != memory.content:
+            content = normalize.normalize_content(changes["content"])
+            if not content:
+                raise InvalidInput("content: must not be empty after normalization")
+            normalize.reject_secrets(content)
+            if memory.retention_tier == "T0":
+                _snapshot_revision(memory, actor, now)
+            memory.content, memory.summary, memory.checksum = content, normalize.make_summary(content), normalize.checksum(content)
+            content_changed = True
+        for field in ("type", "tags", "category", "importance", "collection"):
+            if field in changes:
+                setattr(memory, field, changes[field])
+        if "retention_tier" in changes and changes["retention_tier"] != memory.retention_tier:
+            memory.retention_tier = changes["retention_tier"]
+            meta = tiers.tier_metadata(memory.retention_tier, anchor=now, ttl=settings.BHGBRAIN.retention.tier_ttl)
+            memory.expires_at, memory.decay_eligible, memory.review_due = meta.expires_at, meta.decay_eligible, meta.review_due
+        if content_changed:
+            vector, embedder = _embed_or_degrade(memory.content)
+            _apply_vector(memory, _Prepared(RememberInput(memory.content, memory.namespace, memory.collection), memory.content,
+                                            memory.summary, memory.checksum, vector, embedder))
+        memory.updated_at = now
+        memory.save()
+        fulltext.index_memory(memory)
+        _audit(memory, "EDIT", actor, now, {"fields": sorted(changes), "before": {k: str(v)[:200] for k, v in before.items()}})
+        _after_commit_index(memory, _record_vector_change(memory, VectorChange.Op.UPSERT))
+    return memory

@@ -101,7 +101,7 @@ class AccessTracker:
         with self._lock:
             for memory_id in memory_ids:
                 self._pending[memory_id] += 1
-                self._last_seen[memory_id] = at
+                self._last_seen[memory_id] = max(self._last_seen.get(memory_id, at), at)
         self._ensure_thread()
 
     def pending(self) -> int:

@@ -109,7 +109,7 @@ def _fts5_query(terms: list[str], namespace: str, collection: str | None) -> str
     if collection is not None:
         scope += f' AND scope : "{scope_token("co", collection)}"'
     words = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
-    return f"{scope} AND ({words})"
+    return f"{scope} AND {{content summary tags}} : ({words})"
 
 
 def _sqlite_search(terms: list[str], namespace: str, collection: str | None, now: datetime, limit: int) -> list[TextHit]:
@@ -169,15 +169,15 @@ def _pg_search(terms: list[str], namespace: str, collection: str | None, now: da
         params.append(collection)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT t.term, (SELECT COUNT(*) FROM memory_search s "
-            "WHERE s.document @@ to_tsquery('simple', %s || ' & ' || quote_literal(t.term))) "
+            "SELECT t.term, (SELECT COUNT(*) FROM memory_search s JOIN memories m ON m.id = s.memory_id "
+            "WHERE s.document @@ to_tsquery('simple', %s || ' & ' || quote_literal(t.term)) AND m.archived = %s) "
             "FROM unnest(%s::text[]) AS t(term)",
-            [scope_token("ns", namespace), terms],
+            [scope_token("ns", namespace), False, terms],
         )
         df = dict(cursor.fetchall())
         cursor.execute("SELECT COUNT(*) FROM memories m WHERE m.namespace = %s AND m.archived = %s", [namespace, False])
-        n_docs = max(int(cursor.fetchone()[0]), 1)
-        idf = [math.log(1 + (n_docs - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in terms]
+        n_docs = max(int(cursor.fetchone()[0]), 1, *df.values())
+        idf = [math.log(1 + (n_docs - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in terms]  # always > 0
         words = " | ".join("'" + t.replace("'", "''") + "'" for t in terms)
         scope = scope_token("ns", namespace) + (f" & {scope_token('co', collection)}" if collection else "")
         tsquery = f"{scope} & ({words})"

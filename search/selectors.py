@@ -74,7 +74,7 @@ def semantic_hits(query: str, *, namespace: str, collection: str | None, limit: 
 
 
 def fulltext_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]:
-    hits = fulltext.search(query, namespace=namespace, collection=collection, now=now, limit=limit)
+    hits = [h for h in fulltext.search(query, namespace=namespace, collection=collection, now=now, limit=limit) if h.score > 0]
     best = max((h.score for h in hits), default=0.0) or 1.0
     return [Scored(h.memory_id, h.score / best, fulltext=h.score / best) for h in hits]
 

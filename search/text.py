@@ -11,6 +11,7 @@ import functools
 import logging
 import re
 import threading
+import unicodedata
 
 import snowballstemmer
 
@@ -61,9 +62,23 @@ def _cjk_words(run: str) -> list[str]:
     return [w for w in _segmenter().cut_for_search(run) if w.strip()]
 
 
+_LATIN_RE = re.compile(r"[\u00c0-\u024f\u1e00-\u1eff]")
+
+
+def _fold_latin(char: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFKD", char) if not unicodedata.combining(c))
+
+
+def fold(text: str) -> str:
+    """NFKC (full-width ＪＷＴ → JWT), then strip diacritics from Latin letters only
+    (café → cafe; kana and hangul keep their marks)."""
+    text = unicodedata.normalize("NFKC", text)
+    return _LATIN_RE.sub(lambda m: _fold_latin(m.group(0)), text) if _LATIN_RE.search(text) else text
+
+
 def _split(text: str) -> list[str]:
     words: list[str] = []
-    for match in _TOKEN_RE.finditer(text.lower()):
+    for match in _TOKEN_RE.finditer(fold(text).lower()):
         token = match.group(0)
         if not _CJK_RE.search(token):
             words.append(token)

@@ -9,7 +9,7 @@ SQLITE_CREATE = (
 )
 PG_CREATE = [
     """CREATE TABLE IF NOT EXISTS memory_search (
-        memory_id uuid PRIMARY KEY REFERENCES memories(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
+        memory_id uuid PRIMARY KEY,
         tokens text[] NOT NULL,
         ntokens integer NOT NULL,
         document tsvector NOT NULL)""",
