@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
-STORE_VERSION = "5"  # bump when the analyzer or stored fields change
+STORE_VERSION = "6"  # bump when the analyzer or stored fields change
 
 
 def _load(eval_dir: Path) -> tuple[list[dict], list[dict]]:

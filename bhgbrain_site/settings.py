@@ -121,6 +121,7 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BHGBRAIN_DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
 WHITENOISE_USE_FINDERS = True  # admin and Swagger UI assets straight from the installed apps
 WHITENOISE_AUTOREFRESH = False
 

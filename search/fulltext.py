@@ -23,7 +23,8 @@ from search.text import analyze, analyze_query
 
 # BM25 field weights (content, summary, tags): chosen on the retrieval benchmark.
 W_CONTENT, W_SUMMARY, W_TAGS = 1.0, 0.0, 2.0
-K1, B = 1.2, 0.75
+K1, B = 0.9, 0.4
+POOL = 100  # FTS5 candidates re-ranked with namespace statistics (at least 4 × limit)
 
 
 @dataclass(frozen=True)
@@ -53,15 +54,48 @@ def _fields(memory: Memory) -> tuple[str, str, str]:
     return " ".join(analyze(memory.content)), " ".join(analyze(memory.summary)), " ".join(analyze(tags))
 
 
+def _doc_tokens(content: str, tags: str) -> list[str]:
+    """The tokens BM25 counts: content once, tags twice (the summary repeats the first line)."""
+    return content.split() + tags.split() * int(W_TAGS)
+
+
+def _sqlite_stats_delta(cursor, ns_token: str, tokens: list[str], sign: int) -> None:  # noqa: ANN001
+    """Keep per-namespace BM25 statistics (doc count, token count, document frequencies)."""
+    cursor.execute(
+        "INSERT INTO fulltext_stats (scope, n_docs, n_tokens) VALUES (%s, %s, %s) "
+        "ON CONFLICT(scope) DO UPDATE SET n_docs = n_docs + excluded.n_docs, n_tokens = n_tokens + excluded.n_tokens",
+        [ns_token, sign, sign * len(tokens)],
+    )
+    terms = sorted(set(tokens))
+    if terms:
+        cursor.executemany(
+            "INSERT INTO fulltext_terms (scope, term, df) VALUES (%s, %s, %s) "
+            "ON CONFLICT(scope, term) DO UPDATE SET df = df + excluded.df",
+            [(ns_token, term, sign) for term in terms],
+        )
+        if sign < 0:
+            cursor.execute("DELETE FROM fulltext_terms WHERE scope = %s AND df <= 0", [ns_token])
+
+
+def _sqlite_unindex(cursor, rowid: int) -> None:  # noqa: ANN001
+    cursor.execute("SELECT content, tags, scope FROM memories_fts WHERE rowid = %s", [rowid])
+    row = cursor.fetchone()
+    if row is None:
+        return
+    cursor.execute("DELETE FROM memories_fts WHERE rowid = %s", [rowid])
+    _sqlite_stats_delta(cursor, row[2].split()[0], _doc_tokens(row[0], row[1]), -1)
+
+
 def _sqlite_index(memory: Memory) -> None:
     content, summary, tags = _fields(memory)
     rowid = fts_rowid(memory.id)
     with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM memories_fts WHERE rowid = %s", [rowid])
+        _sqlite_unindex(cursor, rowid)
         cursor.execute(
             "INSERT INTO memories_fts (rowid, content, summary, tags, scope, memory_id) VALUES (%s, %s, %s, %s, %s, %s)",
             [rowid, content, summary, tags, _scope(memory), memory.id.hex],
         )
+        _sqlite_stats_delta(cursor, scope_token("ns", memory.namespace), _doc_tokens(content, tags), +1)
 
 
 def _pg_index(memory: Memory) -> None:
@@ -91,7 +125,7 @@ def index_memory(memory: Memory) -> None:
 def remove_memory(memory_id: uuid.UUID | str) -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
-            cursor.execute("DELETE FROM memories_fts WHERE rowid = %s", [fts_rowid(memory_id)])
+            _sqlite_unindex(cursor, fts_rowid(memory_id))
         else:
             cursor.execute("DELETE FROM memory_search WHERE memory_id = %s", [str(memory_id)])
 
@@ -112,16 +146,37 @@ def _fts5_query(terms: list[str], namespace: str, collection: str | None) -> str
     return f"{scope} AND {{content summary tags}} : ({words})"
 
 
+def _bm25(tokens: list[str], terms: list[str], idf: dict[str, float], avgdl: float) -> float:
+    counts: dict[str, int] = {}
+    for token in tokens:
+        if token in idf:
+            counts[token] = counts.get(token, 0) + 1
+    norm = K1 * (1 - B + B * len(tokens) / avgdl)
+    return sum(idf[t] * n * (K1 + 1) / (n + norm) for t, n in counts.items())
+
+
+def _sqlite_namespace_idf(cursor, ns_token: str, terms: list[str]) -> tuple[dict[str, float], float]:  # noqa: ANN001
+    cursor.execute("SELECT n_docs, n_tokens FROM fulltext_stats WHERE scope = %s", [ns_token])
+    n_docs, n_tokens = cursor.fetchone() or (0, 0)
+    placeholders = ", ".join(["%s"] * len(terms))
+    cursor.execute(f"SELECT term, df FROM fulltext_terms WHERE scope = %s AND term IN ({placeholders})", [ns_token, *terms])
+    df = dict(cursor.fetchall())
+    n_docs = max(n_docs, 1, *df.values())
+    idf = {t: math.log(1 + (n_docs - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in terms}
+    return idf, max(n_tokens / n_docs, 1.0)
+
+
 def _sqlite_search(terms: list[str], namespace: str, collection: str | None, now: datetime, limit: int) -> list[TextHit]:
-    """Rank inside FTS5 (scoped to the namespace), then drop expired rows; deepen if needed."""
+    """FTS5 finds and pre-ranks the namespace's matches; BM25 with the *namespace's own*
+    statistics re-ranks the pool, so no other namespace can influence a ranking or a score."""
     match = _fts5_query(terms, namespace, collection)
-    depth = limit + 16
-    while True:
-        with connection.cursor() as cursor:
+    depth = max(4 * limit, POOL)
+    with connection.cursor() as cursor:
+        while True:
             cursor.execute(
-                "SELECT f.memory_id, f.rank FROM (SELECT memory_id, bm25(memories_fts, %s, %s, %s, 0.0) AS rank "
-                "FROM memories_fts WHERE memories_fts MATCH %s ORDER BY rank LIMIT %s) f "
-                f"JOIN memories m ON m.id = f.memory_id WHERE {_alive_sql('m')} ORDER BY f.rank",
+                "SELECT f.memory_id, f.content, f.tags FROM (SELECT memory_id, content, tags, "
+                "bm25(memories_fts, %s, %s, %s, 0.0) AS rank FROM memories_fts WHERE memories_fts MATCH %s "
+                f"ORDER BY rank LIMIT %s) f JOIN memories m ON m.id = f.memory_id WHERE {_alive_sql('m')}",
                 [W_CONTENT, W_SUMMARY, W_TAGS, match, depth, *_alive_params(now)],
             )
             rows = cursor.fetchall()
@@ -130,8 +185,11 @@ def _sqlite_search(terms: list[str], namespace: str, collection: str | None, now
             cursor.execute("SELECT COUNT(*) FROM memories_fts WHERE memories_fts MATCH %s", [match])
             if cursor.fetchone()[0] <= depth:
                 break
-        depth *= 8
-    return [TextHit(str(uuid.UUID(row[0])), -float(row[1])) for row in rows[:limit]]
+            depth *= 8
+        idf, avgdl = _sqlite_namespace_idf(cursor, scope_token("ns", namespace), terms)
+    scored = [(_bm25(_doc_tokens(content, tags), terms, idf, avgdl), memory_id) for memory_id, content, tags in rows]
+    scored.sort(key=lambda pair: pair[0], reverse=True)
+    return [TextHit(str(uuid.UUID(memory_id)), score) for score, memory_id in scored[:limit] if score > 0]
 
 
 class _AvgLengthCache:
