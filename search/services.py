@@ -1,7 +1,10 @@
 """Read-path operations with their side effect: results returned to a caller count as accesses."""
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from django.conf import settings
 
 from django.utils import timezone
 
@@ -10,13 +13,30 @@ from retention.services import memories_touch
 from search.selectors import Mode, Scored, memories_recall, memories_search, result_dict
 
 
+def _fit(results: list[dict[str, Any]], budget: int) -> tuple[list[dict[str, Any]], bool]:
+    """Keep the response within defaults.max_response_chars: long contents fall back to their
+    summary (``content_truncated``), and results that still do not fit are left out."""
+    kept, used = [], 0
+    for result in results:
+        size = len(json.dumps(result, ensure_ascii=False))
+        if used + size > budget:
+            result = {**result, "content": result["summary"], "content_truncated": True}
+            size = len(json.dumps(result, ensure_ascii=False))
+        if used + size > budget:
+            return kept, True
+        kept.append(result)
+        used += size
+    return kept, False
+
+
 def _deliver(items: list[Scored]) -> dict[str, Any]:
     now = timezone.now()
     results = [result_dict(item, now=now) for item in items]
     for result in results:
         result["last_accessed"] = iso(now)  # this retrieval is an access
+    results, truncated = _fit(results, settings.BHGBRAIN.defaults.max_response_chars)
     memories_touch(memory_ids=[r["id"] for r in results], at=now)
-    return {"results": results}
+    return {"results": results, "truncated": truncated} if truncated else {"results": results}
 
 
 def search_run(*, query: str, namespace: str, collection: str | None, mode: Mode, limit: int) -> dict[str, Any]:

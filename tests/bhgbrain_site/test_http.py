@@ -247,3 +247,20 @@ def test_search_input_limits(server: LiveServer) -> None:
     assert "limit" in _error(server.post("search", {"query": "x", "limit": 51}), 400, "INVALID_INPUT")
     assert "limit" in _error(server.post("recall", {"query": "x", "limit": 21}), 400, "INVALID_INPUT")
     assert "mode" in _error(server.post("search", {"query": "x", "mode": "fuzzy"}), 400, "INVALID_INPUT")
+
+
+def test_accesses_are_flushed_on_a_clean_shutdown(tmp_path: Path) -> None:
+    """Search results count as accesses; a SIGTERM right after must not lose them."""
+    import sqlite3
+
+    live = LiveServer(home=tmp_path).start()
+    try:
+        created = live.post("remember", {"content": "Shutdown test: the archive bucket is in eu-west-1"}).json()
+        for _ in range(3):
+            results = live.post("search", {"query": "archive bucket region", "mode": "fulltext"}).json()["results"]
+            assert results[0]["id"] == created["id"]
+    finally:
+        assert live.stop() == 0  # immediately: well inside the flush interval
+    with sqlite3.connect(tmp_path / "bhgbrain.sqlite3") as db:
+        count, last = db.execute("SELECT access_count, last_accessed FROM memories").fetchone()
+    assert count == 3 and last is not None

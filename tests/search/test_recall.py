@@ -1,6 +1,7 @@
 """recall: min_score gate on the calibrated score, type/tags filters inside the search, result shape."""
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -237,3 +238,18 @@ def test_hybrid_search_respects_limit(e5) -> None:
     for text in MEMORIES:
         remember(text)
     assert len(memories_search(query="billing", namespace="global", collection=None, mode="hybrid", limit=2)) == 2
+
+
+@pytest.mark.django_db
+def test_responses_stay_within_max_response_chars(hash_embedder, bhg_config) -> None:
+    from search.services import search_run
+
+    bhg_config.defaults.max_response_chars = 3000
+    for i in range(6):
+        remember(f"Budget test {i}: long report\n" + ("lorem ipsum dolor sit amet " * 60) + f" unique{i}")
+    out = search_run(query="budget test long report", namespace="global", collection=None, mode="fulltext", limit=10)
+    assert len(json.dumps(out["results"], ensure_ascii=False)) <= 3000
+    results = out["results"]
+    assert "content_truncated" not in results[0] and len(results[0]["content"]) > 1500  # the best match whole
+    assert results[1]["content_truncated"] is True and results[1]["content"] == results[1]["summary"]
+    assert len(results) < 6 and out["truncated"] is True  # the rest did not fit, and the caller is told

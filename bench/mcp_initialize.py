@@ -1,0 +1,80 @@
+"""How fast an MCP client gets `initialize` answered over stdio, on a large store.
+
+    .venv/bin/python bench/mcp_initialize.py [--size 100000] [--runs 5]
+
+Builds a store of --size memories (bulk-loaded like bench/search_latency.py: real e5 vectors
+of generated sentences), then launches `bhgbrain --config=… server start --stdio` the way an
+MCP client does, --runs times, and reports: process start → `initialize` answered, → first
+`tools/list`, → first `recall` (which loads the model and the vector index). Prints p50/max.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def build_store(home: Path, size: int, seed: int) -> None:
+    import search_latency as sl
+
+    sl.setup_django(home, None)
+    from memories.embeddings import get_embedder
+
+    embedder = get_embedder()
+    sentences = sl.make_sentences(3000, random.Random(seed))
+    vectors = sl.sentence_vectors(sentences, seed, embedder)
+    seconds = sl.bulk_load(size, ["global"], sentences, vectors.vectors, embedder, seed)
+    print(f"store: {size} memories bulk-loaded in {seconds:.1f} s", flush=True)
+
+
+async def one_session(config: Path) -> dict[str, float]:
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    script = Path(sys.executable).with_name("bhgbrain")
+    params = StdioServerParameters(command=str(script), args=[f"--config={config}", "server", "start", "--stdio"])
+    started = time.perf_counter()
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            initialized = time.perf_counter() - started
+            await session.list_tools()
+            listed = time.perf_counter() - started
+            result = await session.call_tool("recall", {"query": "when is the next deploy of the mobile app?"})
+            recalled = time.perf_counter() - started
+            assert result.is_error is not True, result
+    return {"initialize": initialized, "tools_list": listed, "first_recall": recalled}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="bhgbrain-mcp-init-"))
+    build_store(home, args.size, args.seed)
+    runs = [asyncio.run(one_session(home / "config.json")) for _ in range(args.runs)]
+    print(f"{'seconds from process start':28} {'p50':>7} {'max':>7}")
+    summary = {}
+    for key in ("initialize", "tools_list", "first_recall"):
+        values = [r[key] for r in runs]
+        summary[key] = {"p50": statistics.median(values), "max": max(values)}
+        print(f"{key:28} {summary[key]['p50']:7.2f} {summary[key]['max']:7.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"size": args.size, "runs": runs, "summary": summary}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
