@@ -471,7 +471,7 @@ def _fingerprint(sentences: Sequence[str], model_id: str) -> str:
 @dataclass(frozen=True)
 class SentenceVectors:
     vectors: np.ndarray
-    source: str  # "cache" or "embedded"
+    source: str  # "loaded from the cache" or "embedded"
     seconds: float
 
 
@@ -482,7 +482,7 @@ def sentence_vectors(sentences: Sequence[str], seed: int, embedder: Embedder) ->
     fingerprint = _fingerprint(sentences, embedder.model_id)
     started = time.perf_counter()
     if path.exists() and meta.exists() and json.loads(meta.read_text()).get("fingerprint") == fingerprint:
-        return SentenceVectors(np.load(path), "cache", time.perf_counter() - started)
+        return SentenceVectors(np.load(path), "loaded from the cache", time.perf_counter() - started)
     sys.stderr.write(f"Embedding {len(sentences)} sentences once with {embedder.model_id} (cached in {path})\n")
     vectors = embed_sentences(sentences, embedder)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

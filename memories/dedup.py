@@ -61,14 +61,25 @@ def _stem(word: str) -> str:
 class _Profile:
     words: frozenset[str]
     numbers: frozenset[str]
+    entities: tuple[str, ...]  # names, acronyms, identifiers, numbers: in order of appearance
+
+
+def _is_entity(raw: str, lower: str, parts: list[str]) -> bool:
+    if any(p.isdigit() for p in parts):
+        return True
+    return raw[0].isupper() and lower not in STOPWORDS and lower not in NUMBER_WORDS and len(lower) > 1
 
 
 def _profile(text: str) -> _Profile:
     words: set[str] = set()
     numbers: set[str] = set()
+    entities: list[str] = []
     for match in _WORD_RE.finditer(text):
-        lower = match.group(0).lower()
+        raw = match.group(0)
+        lower = raw.lower()
         parts = _SPLIT_ALNUM_RE.findall(lower)
+        if _is_entity(raw, lower, parts) and lower not in entities:
+            entities.append(lower)
         numbers.update(str(int(p)) for p in parts if p.isdigit())
         if lower in NUMBER_WORDS:
             if NUMBER_WORDS[lower]:
@@ -79,7 +90,7 @@ def _profile(text: str) -> _Profile:
             continue
         # identifiers keep their digits (RS256 ≠ HS256); plain words are stemmed
         words.add(lower if len(parts) > 1 and letters != lower else _stem(lower))
-    return _Profile(frozenset(words), frozenset(numbers))
+    return _Profile(frozenset(words), frozenset(numbers), tuple(entities))
 
 
 def _related(a: str, b: str) -> bool:
@@ -92,6 +103,13 @@ def _related(a: str, b: str) -> bool:
 
 def _unmatched(words: frozenset[str], others: frozenset[str]) -> set[str]:
     return {w for w in words if not any(_related(w, o) for o in others)}
+
+
+def _roles_swapped(old: tuple[str, ...], new: tuple[str, ...]) -> bool:
+    """Same names in another order ("from PostgreSQL to MySQL" / "from MySQL to PostgreSQL",
+    "Alice reports to Bruno" / "Bruno reports to Alice"): the words match, the fact does not."""
+    shared = [e for e in old if e in new]
+    return len(shared) >= 2 and shared != [e for e in new if e in old]
 
 
 class Relation(str, Enum):
@@ -109,6 +127,8 @@ def compare(old: str, new: str) -> Relation:
     only_old = _unmatched(po.words, pn.words) | (po.numbers - pn.numbers)
     only_new = _unmatched(pn.words, po.words) | (pn.numbers - po.numbers)
     if only_old and only_new:
+        return Relation.CONFLICT
+    if _roles_swapped(po.entities, pn.entities):
         return Relation.CONFLICT
     if only_new:
         return Relation.ELABORATES

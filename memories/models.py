@@ -167,3 +167,17 @@ class VectorChange(models.Model):
 
     class Meta:
         db_table = "vector_changes"
+
+
+class BootstrapSession(models.Model):
+    """Progress of the guided profile interview (the bootstrap tool), per namespace and section."""
+
+    namespace = models.CharField(max_length=200)
+    section_number = models.PositiveSmallIntegerField()
+    status = models.CharField(max_length=10, default="pending")  # pending | complete
+    memory_ids = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "bootstrap_sessions"
+        constraints = [models.UniqueConstraint(fields=["namespace", "section_number"], name="uniq_bootstrap_section")]

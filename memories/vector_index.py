@@ -68,12 +68,13 @@ class EmbeddedVectorIndex:
         self._coll = np.zeros(0, dtype=np.int32)
         self._live = np.zeros(0, dtype=np.float64)
         self._codes: dict[str, int] = {}
+        self._top = 0
 
     def _code(self, key: str) -> int:
         return self._codes.setdefault(key, len(self._codes))
 
     def _grow(self) -> None:
-        extra = max(self._GROW, len(self._ids))
+        extra = max(self._GROW, len(self._ids) // 2)
         self._matrix = np.vstack([self._matrix, np.zeros((extra, self.dimensions), dtype=np.float32)])
         self._ns = np.concatenate([self._ns, np.full(extra, -1, dtype=np.int32)])
         self._coll = np.concatenate([self._coll, np.full(extra, -1, dtype=np.int32)])
@@ -88,6 +89,7 @@ class EmbeddedVectorIndex:
             if not self._free:
                 self._grow()
             row = self._free.pop()
+            self._top = max(self._top, row + 1)
             self._rows[memory_id] = row
             self._ids[row] = memory_id
         self._matrix[row] = vector
@@ -122,9 +124,25 @@ class EmbeddedVectorIndex:
     def _load(self) -> None:
         self._last_change = VectorChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
         rows = Memory.objects.filter(archived=False, embedding_model=self.model_id, embedding__isnull=False)
-        for memory in rows.only(*self._FIELDS).iterator(chunk_size=2000):
-            self._put_memory(memory)
+        fields = ("id", "namespace", "collection", "expires_at", "decay_eligible", "embedding")
+        batch = list(rows.values_list(*fields).iterator(chunk_size=5000))
+        self._reserve(len(batch))
+        for memory_id, namespace, collection, expires_at, decay_eligible, blob in batch:
+            vector = from_bytes(blob)
+            if vector.shape[0] == self.dimensions:
+                until = expires_at.timestamp() if decay_eligible and expires_at is not None else _INF
+                self._put(str(memory_id), vector, namespace, collection, until)
         self._loaded = True
+
+    def _reserve(self, count: int) -> None:
+        """Grow once to the needed size (+10 %) instead of doubling step by step."""
+        missing = count - len(self._free)
+        if missing > 0:
+            saved, self._GROW = self._GROW, int(missing * 1.1) + 1
+            try:
+                self._grow()
+            finally:
+                self._GROW = saved
 
     def _catch_up(self) -> None:
         if not self._loaded:
@@ -167,18 +185,27 @@ class EmbeddedVectorIndex:
             ns_code = self._codes.get("n:" + namespace)
             if ns_code is None:
                 return []
-            candidates = np.flatnonzero(self._ns == ns_code)
+            rows = self._high_water()
+            mask = self._ns[:rows] == ns_code
             if collection is not None:
-                coll_code = self._codes.get("c:" + collection, -2)
-                candidates = candidates[self._coll[candidates] == coll_code]
-            candidates = candidates[self._live[candidates] > now.timestamp()]
+                mask &= self._coll[:rows] == self._codes.get("c:" + collection, -2)
+            mask &= self._live[:rows] > now.timestamp()
+            candidates = np.flatnonzero(mask)
             if candidates.size == 0:
                 return []
-            scores = self._matrix[candidates] @ np.asarray(vector, dtype=np.float32)
+            query = np.asarray(vector, dtype=np.float32)
+            if candidates.size * 4 >= rows:  # most rows qualify: one product over the contiguous block, no copy
+                scores = (self._matrix[:rows] @ query)[candidates]
+            else:  # a small namespace in a large store: gather only its rows
+                scores = self._matrix[candidates] @ query
             top = min(limit, scores.size)
             best = np.argpartition(-scores, top - 1)[:top]
             best = best[np.argsort(-scores[best], kind="stable")]
             return [VectorHit(self._ids[candidates[i]], float(scores[i])) for i in best]
+
+    def _high_water(self) -> int:
+        """Every row ever used is below this index (freed rows are masked out by ns = -1)."""
+        return self._top
 
     def size(self) -> int:
         with self._lock:

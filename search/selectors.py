@@ -137,7 +137,7 @@ def apply_priors(items: list[Scored], params: HybridParams) -> list[Scored]:
 
 def _attach(items: list[Scored], *, namespace: str, now: datetime) -> list[Scored]:
     """Load the rows; re-check namespace, archive and expiry on the DB side."""
-    rows = Memory.objects.in_bulk([uuid.UUID(i.memory_id) for i in items])
+    rows = Memory.objects.defer("embedding").in_bulk([uuid.UUID(i.memory_id) for i in items])
     kept = []
     for item in items:
         memory = rows.get(uuid.UUID(item.memory_id))
