@@ -189,3 +189,50 @@ def category(params: CategoryParams, ctx: CallContext) -> dict[str, Any]:
     return category_services.category_set(
         namespace=namespace, name=params.name, slot=params.slot, content=params.content, actor=ctx.actor
     )
+
+
+class BootstrapParams(_Input):
+    action: Literal["start", "submit", "status", "reset"]
+    section: int | None = Field(default=None, ge=1, le=10)
+    answers: str | None = Field(default=None, min_length=1, max_length=500_000)
+    namespace: Namespace = "profile"
+
+
+@tool("bootstrap", BootstrapParams, writes=lambda p: p.action in ("submit", "reset"))
+def bootstrap(params: BootstrapParams, ctx: CallContext) -> dict[str, Any]:
+    """Guided interview that builds a work profile in 10 sections (identity, responsibilities,
+    goals, communication, work patterns, tools, entities, repositories, tenants, operating
+    rules). start: the first incomplete section and its questions; submit: store the answers
+    (one memory per paragraph, with the section's collection, tier and tags) and get the next
+    section; status: progress per section; reset: clear a section and forget its memories."""
+    from memories import bootstrap as interview
+
+    if params.action == "start":
+        return interview.bootstrap_start(namespace=params.namespace)
+    if params.action == "status":
+        return interview.bootstrap_status(namespace=params.namespace)
+    if params.section is None:
+        raise InvalidInput(f"section: required for action {params.action}")
+    if params.action == "reset":
+        return interview.bootstrap_reset(namespace=params.namespace, section=params.section, actor=ctx.actor)
+    if params.answers is None:
+        raise InvalidInput("answers: required for action submit")
+    return interview.bootstrap_submit(namespace=params.namespace, section=params.section, answers=params.answers, actor=ctx.actor)
+
+
+class ImportParams(_Input):
+    format: Literal["profile", "freeform"]
+    content: str = Field(min_length=1, max_length=500_000)
+    namespace: Namespace = "profile"
+    dry_run: bool = False
+
+
+@tool("import", ImportParams, writes=lambda p: not p.dry_run)
+def import_(params: ImportParams, ctx: CallContext) -> dict[str, Any]:
+    """Import a structured profile (format "profile": sections by markdown heading, mapped to
+    the bootstrap sections) or freeform text (paragraphs) as memories. dry_run returns previews
+    (content, collection, type, tier, tags, section) without storing anything."""
+    from memories.bootstrap import profile_import
+
+    return profile_import(namespace=params.namespace, fmt=params.format, content=params.content,
+                          dry_run=params.dry_run, actor=ctx.actor)

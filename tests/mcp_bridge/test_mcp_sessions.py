@@ -18,7 +18,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.live_server import LiveServer, server_env
 
-TOOLS = {"remember", "recall", "search", "forget", "tag", "collections", "category"}
+TOOLS = {"remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import"}
 RESOURCES = {"memory://list", "memory://inject", "category://list", "collection://list", "health://status"}
 TEMPLATES = {"memory://{id}", "category://{name}", "collection://{name}"}
 
@@ -50,6 +50,8 @@ async def _exercise(session: ClientSession) -> dict[str, Any]:
     seen["collections"] = (await call("collections", {"action": "list", **ns})).structured_content
     seen["category"] = (await call("category", {"action": "set", "name": "net-policy", "slot": "architecture",
                                                  "content": "All remote access goes through the VPN", **ns})).structured_content
+    seen["bootstrap"] = (await call("bootstrap", {"action": "start", "namespace": "mcp-profile"})).structured_content
+    seen["import"] = (await call("import", {"format": "freeform", "content": "One.\n\nTwo.", "dry_run": True})).structured_content
     seen["memory_list"] = _text(await session.read_resource(f"memory://list?namespace=mcp-test&limit=5"))
     seen["inject"] = _text(await session.read_resource("memory://inject?namespace=mcp-test"))
     seen["category_list"] = _text(await session.read_resource("category://list?namespace=mcp-test"))
@@ -78,6 +80,8 @@ def _check(seen: dict[str, Any]) -> None:
     assert seen["search"]["results"][0]["id"] == seen["memory_id"]
     assert seen["tag"] == {"id": seen["memory_id"], "tags": ["vpn", "network"]}
     assert seen["collections"] == {"collections": [{"name": "general", "count": 1}]}
+    assert seen["bootstrap"]["next"]["section"] == 1
+    assert seen["import"]["dry_run"] is True and len(seen["import"]["previews"]) == 2
     assert seen["memory_list"]["items"][0]["id"] == seen["memory_id"] and seen["memory_list"]["total_results"] == 1
     assert seen["inject"]["content"].startswith("## net-policy (architecture)\nAll remote access goes through the VPN")
     assert "WireGuard" in seen["inject"]["content"] and seen["inject"]["memories_count"] == 1
