@@ -74,19 +74,35 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def _serve_stdio() -> int:
-    """MCP over stdio: stdout carries only the protocol; logs go to stderr and the log file."""
-    import anyio
-    from django.conf import settings
-    from django.core.management import call_command
+def _serve_stdio(config: str | None) -> int:
+    """MCP over stdio: stdout carries only the protocol; logs go to stderr and the log file.
 
-    if not settings.BHGBRAIN.transport.stdio.enabled:
+    Django starts (and migrates) in a background thread while `initialize` is answered.
+    """
+    import anyio
+
+    from bhgbrain_site.config import ConfigError, load_config
+
+    if config:
+        os.environ["BHGBRAIN_CONFIG"] = os.path.abspath(os.path.expanduser(config))
+    try:
+        settings_file, _path = load_config()
+    except ConfigError as exc:
+        _err(f"bhgbrain: {exc}")
+        return 2
+    if not settings_file.transport.stdio.enabled:
         _err("transport.stdio.enabled is false: the stdio transport is disabled in the config.")
         return 2
-    call_command("migrate", interactive=False, verbosity=0, stdout=sys.stderr)
+
+    def start_django() -> None:
+        _setup_django(None)
+        from django.core.management import call_command
+
+        call_command("migrate", interactive=False, verbosity=0, stdout=sys.stderr)
+
     from mcp_bridge.server import serve_stdio
 
-    anyio.run(serve_stdio)
+    anyio.run(serve_stdio, start_django)
     return 0
 
 
@@ -97,7 +113,7 @@ def cmd_server_start(args: argparse.Namespace) -> int:
     from bhgbrain_site.security import StartupRefused, check_binding
 
     if args.stdio:
-        return _serve_stdio()
+        return _serve_stdio(None)
 
     http = settings.BHGBRAIN.transport.http
     if not http.enabled:
@@ -264,6 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    if args.command == "server" and getattr(args, "stdio", False) and not rest:
+        return _serve_stdio(args.config)
     _setup_django(args.config)
     if args.command == "manage":
         from django.core.management import execute_from_command_line

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any
 
 import anyio
@@ -15,10 +16,20 @@ from mcp import types
 from mcp.server.lowlevel import Server
 
 from bhgbrain_site.errors import to_envelope
-from mcp_bridge.registry import CallContext, all_tools, call_tool
-from mcp_bridge.resources import RESOURCES, read_resource
 
 logger = logging.getLogger("bhgbrain.mcp")
+
+# Django-dependent modules (registry, resources) are imported on first use: over stdio the
+# server answers `initialize` while Django is still starting in a background thread.
+_ready = threading.Event()
+_ready.set()  # the HTTP server starts Django first; stdio clears this until it is up
+_startup_error: list[BaseException] = []
+
+
+def _wait_ready() -> None:
+    _ready.wait()
+    if _startup_error:
+        raise RuntimeError("server start-up failed; see the log") from _startup_error[0]
 
 INSTRUCTIONS = (
     "BHGBrain is your persistent memory. Use `recall` (semantic) or `search` (hybrid) before "
@@ -31,8 +42,9 @@ def _json(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, default=str)
 
 
-def _caller(ctx: Any, transport: str) -> CallContext:
+def _caller(ctx: Any, transport: str) -> Any:
     """stdio is the local user (full access); over HTTP the bearer token decides."""
+    from mcp_bridge.registry import CallContext
     from mcp_bridge.tokens import principal_for
 
     request = getattr(ctx, "request", None)
@@ -48,13 +60,18 @@ def _caller(ctx: Any, transport: str) -> CallContext:
 
 
 def tool_definitions() -> list[types.Tool]:
+    _wait_ready()
+    from mcp_bridge.registry import all_tools
+
     return [
         types.Tool(name=t.name, description=t.description, input_schema=t.input_model.model_json_schema())
         for t in all_tools()
     ]
 
 
-def _run_tool(name: str, arguments: dict[str, Any], caller: CallContext) -> types.CallToolResult:
+def _run_tool(name: str, arguments: dict[str, Any], caller: Any) -> types.CallToolResult:
+    from mcp_bridge.registry import call_tool
+
     try:
         result = call_tool(name, arguments, caller)
     except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope (bugs → INTERNAL)
@@ -77,6 +94,7 @@ def build_server(transport: str) -> Server[Any]:
 
     async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         def work() -> types.CallToolResult:
+            _wait_ready()
             try:
                 return _run_tool(params.name, dict(params.arguments or {}), _caller(ctx, transport))
             finally:
@@ -84,22 +102,33 @@ def build_server(transport: str) -> Server[Any]:
 
         return await anyio.to_thread.run_sync(work)
 
+    def resource_table() -> list[Any]:
+        _wait_ready()
+        from mcp_bridge.resources import RESOURCES
+
+        return RESOURCES
+
     async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        resources = await anyio.to_thread.run_sync(resource_table)
         return types.ListResourcesResult(resources=[
             types.Resource(uri=r.uri, name=r.name, description=r.description, mime_type="application/json")
-            for r in RESOURCES if not r.is_template
+            for r in resources if not r.is_template
         ])
 
     async def list_templates(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourceTemplatesResult:
+        resources = await anyio.to_thread.run_sync(resource_table)
         return types.ListResourceTemplatesResult(resource_templates=[
             types.ResourceTemplate(uri_template=r.uri, name=r.name, description=r.description, mime_type="application/json")
-            for r in RESOURCES if r.is_template
+            for r in resources if r.is_template
         ])
 
     async def read(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         uri = str(params.uri)
 
         def work() -> types.ReadResourceResult:
+            _wait_ready()
+            from mcp_bridge.resources import read_resource
+
             try:
                 body = read_resource(uri, _caller(ctx, transport))
             except Exception as exc:  # noqa: BLE001 - the envelope is the resource's content
@@ -131,10 +160,27 @@ def build_server(transport: str) -> Server[Any]:
     )
 
 
-async def serve_stdio() -> None:
-    """MCP over stdin/stdout; the SDK diverts fd 1 to stderr while serving."""
+async def serve_stdio(start_django: Any = None) -> None:
+    """MCP over stdin/stdout; the SDK diverts fd 1 to stderr while serving.
+
+    ``start_django`` (set up Django and migrate) runs in a thread while the protocol is
+    already being served, so `initialize` does not wait for it; tool and resource calls do.
+    """
     from mcp.server.stdio import stdio_server
 
+    if start_django is not None:
+        _ready.clear()
+
+        def boot() -> None:
+            try:
+                start_django()
+            except BaseException as exc:  # noqa: BLE001 - reported to every waiting call
+                _startup_error.append(exc)
+                logger.exception("start-up failed")
+            finally:
+                _ready.set()
+
+        threading.Thread(target=boot, name="bhgbrain-django-start", daemon=True).start()
     server = build_server("stdio")
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
