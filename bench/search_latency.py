@@ -73,6 +73,8 @@ SENTENCES_PER_MEMORY = ((1, 0.35), (2, 0.45), (3, 0.20))  # (sentences joined, p
 # --------------------------------------------------------------------------- CLI
 
 
+from machine import cpu_model, load_average, memory_snapshot, package_version, usable_cpus  # noqa: E402
+
 def _sizes(text: str) -> list[int]:
     try:
         sizes = [int(part) for part in text.split(",") if part.strip()]
@@ -103,60 +105,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 # --------------------------------------------------------------------------- machine and process
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def load_average() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "n/a"
-
-
-def proc_status_mib(key: str) -> float | None:
-    """A ``/proc/self/status`` field (VmRSS, VmHWM, ...) in MiB, or None if it cannot be read."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-@dataclass(frozen=True)
-class MemorySnapshot:
-    rss_mib: float | None
-    hwm_mib: float | None
-
-
-def memory_snapshot() -> MemorySnapshot:
-    return MemorySnapshot(rss_mib=proc_status_mib("VmRSS"), hwm_mib=proc_status_mib("VmHWM"))
-
-
-def package_version(name: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "not installed"
 
 
 def product_revision() -> str:
