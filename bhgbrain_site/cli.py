@@ -67,7 +67,15 @@ def _start_scheduler() -> subprocess.Popen[bytes]:
         defaults={"func": "memories.tasks.vector_sync", "schedule_type": Schedule.MINUTES, "minutes": 5},
     )
     manage = [sys.executable, "-m", "django", "qcluster"]
-    return subprocess.Popen(manage, stdout=sys.stderr, env=os.environ.copy())
+    return subprocess.Popen(manage, stdout=sys.stderr, env=os.environ.copy(), preexec_fn=_die_with_parent)
+
+
+def _die_with_parent() -> None:
+    """Linux: the scheduler gets SIGTERM if the server dies, even by SIGKILL (no orphans)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

@@ -264,3 +264,18 @@ def test_accesses_are_flushed_on_a_clean_shutdown(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "bhgbrain.sqlite3") as db:
         count, last = db.execute("SELECT access_count, last_accessed FROM memories").fetchone()
     assert count == 3 and last is not None
+
+
+def test_scheduler_does_not_outlive_a_killed_server(tmp_path: Path) -> None:
+    live = LiveServer(home=tmp_path, scheduler=True).start()
+    deadline = time.monotonic() + 30
+    while not re.search(r"django-q2 cluster \(pid (\d+)\)", live.stderr()):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    scheduler_pid = int(re.search(r"django-q2 cluster \(pid (\d+)\)", live.stderr()).group(1))
+    live.proc.kill()  # SIGKILL: no chance to clean up
+    live.proc.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while _is_running(scheduler_pid):
+        assert time.monotonic() < deadline, "scheduler orphaned by a killed server"
+        time.sleep(0.2)
