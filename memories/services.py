@@ -236,7 +236,7 @@ def _insert(prep: _Prepared, actor: str, now: datetime) -> Memory:
     memory.save(force_insert=True)
     fulltext.index_memory(memory)
     _audit(memory, "ADD", actor, now, {"tier": tier, "collection": data.collection, "source": data.source})
-    change_id = _record_vector_change(memory, VectorChange.Op.UPSERT) if memory.embedding is not None else None
+    change_id = _record_vector_change(memory, VectorChange.Op.UPSERT)  # the feed also drives the text index
     _after_commit_index(memory, change_id)
     return memory
 

@@ -258,5 +258,9 @@ def search(query: str, *, namespace: str, collection: str | None, now: datetime,
     if not terms:
         return []
     if connection.vendor == "sqlite":
-        return _sqlite_search(terms, namespace, collection, now, limit)
+        from search.text_index import get_text_index
+
+        index = get_text_index(K1, B, int(W_TAGS))
+        hits = index.search(terms, namespace=namespace, collection=collection, now=now, limit=limit)
+        return [TextHit(memory_id, score) for memory_id, score in hits]
     return _pg_search(terms, namespace, collection, now, limit)

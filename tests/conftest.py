@@ -50,8 +50,11 @@ def _shared_e5() -> LocalE5Embedder:
 
 
 def _use(embedder: Any) -> None:
+    from search.text_index import reset_text_index
+
     embeddings.set_embedder(embedder)
     vector_index.reset_vector_index()
+    reset_text_index()
 
 
 @pytest.fixture(autouse=True)
