@@ -44,6 +44,7 @@ class TextIndex:
         self._live = array("d")
         self._dl = array("f")
         self._alive = array("b")
+        self._sig: list[int] = []
         self._postings: dict[str, tuple[array, array]] = {}
         self._codes: dict[str, int] = {}
         self._dead = 0
@@ -52,8 +53,12 @@ class TextIndex:
         return self._codes.setdefault(key, len(self._codes))
 
     def _add(self, memory_id: str, content: str, tags: str, namespace: str, collection: str, until: float) -> None:
+        signature = hash((content, tags, namespace, collection))
         old = self._row_of.get(memory_id)
-        if old is not None:
+        if old is not None and self._alive[old] and self._sig[old] == signature:
+            self._live[old] = until  # only the expiry moved (access tracking): update in place
+            return
+        if old is not None and self._alive[old]:
             self._alive[old] = 0
             self._dead += 1
         row = len(self._ids)
@@ -72,10 +77,11 @@ class TextIndex:
         self._live.append(until)
         self._dl.append(len(tokens))
         self._alive.append(1)
+        self._sig.append(signature)
 
     def _drop(self, memory_id: str) -> None:
         row = self._row_of.pop(memory_id, None)
-        if row is not None:
+        if row is not None and self._alive[row]:
             self._alive[row] = 0
             self._dead += 1
 
@@ -101,12 +107,15 @@ class TextIndex:
             return
         self._last_change = changes[-1][0]
         ids = {memory_id for _, memory_id in changes}
-        for memory_id in ids:
-            self._drop(str(memory_id))
         placeholders = ", ".join(["%s"] * len(ids))
         with connection.cursor() as cursor:
             cursor.execute(_SELECT + f" AND f.memory_id IN ({placeholders})", [False, *(m.hex for m in ids)])
-            self._ingest(_typed(cursor.fetchall()))
+            rows = _typed(cursor.fetchall())
+        present = {str(uuid.UUID(row[0])) for row in rows}
+        for memory_id in ids:
+            if str(memory_id) not in present:
+                self._drop(str(memory_id))  # forgotten, archived or collection deleted
+        self._ingest(rows)
 
     def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int) -> list[tuple[str, float]]:
         with self._lock:

@@ -496,3 +496,24 @@ def test_database_flush_also_clears_the_fulltext_index(hash_embedder) -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT COUNT(*) FROM {table}")  # noqa: S608 - constant table name
         assert cursor.fetchone()[0] == 0
+
+
+def test_text_index_updates_expiry_in_place_and_replaces_edited_rows(hash_embedder) -> None:
+    """Access tracking moves expires_at on every returned result: that must not grow the index."""
+    from django.utils import timezone
+
+    from memories.models import VectorChange
+    from search.text_index import TextIndex
+
+    index = TextIndex(0.9, 0.4, 2)
+    mid = remember("The billing service runs on Kubernetes", retention_tier="T3").id
+    now = timezone.now()
+    assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=now, limit=5)] == [mid]
+    rows_before = len(index._ids)  # noqa: SLF001
+    Memory.objects.filter(pk=mid).update(expires_at=now + timedelta(days=400))
+    VectorChange.objects.create(memory_id=mid, op="upsert")
+    later = now + timedelta(days=200)
+    assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=later, limit=5)] == [mid]
+    assert len(index._ids) == rows_before  # noqa: SLF001 - updated in place
+    memory_forget(memory_id=mid, namespace=None, actor="test")
+    assert index.search(["kubernet"], namespace="global", collection=None, now=now, limit=5) == []
