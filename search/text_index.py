@@ -1,4 +1,5 @@
-"""In-process BM25 index over the analyzed text already stored in SQLite's FTS5 table.
+"""In-process BM25 index over the analyzed text the database already stores (SQLite's FTS5
+table, PostgreSQL's memory_search token arrays).
 
 FTS5 scores and sorts *every* match of an OR query (≈27k of 100k memories for a natural
 question), which costs hundreds of ms. This index keeps compact posting lists
@@ -22,10 +23,20 @@ from django.db import connection
 from memories.models import VectorChange
 
 _INF = math.inf
-_SELECT = (
-    "SELECT f.memory_id, f.content, f.tags, m.namespace, m.collection, m.decay_eligible, m.expires_at "
-    "FROM memories_fts f JOIN memories m ON m.id = f.memory_id WHERE m.archived = %s"
-)
+_SELECT = {
+    # SQLite: the analyzed text FTS5 stores; PostgreSQL: the token arrays of memory_search
+    # (tags already repeated there, so their column is empty).
+    "sqlite": (
+        "SELECT f.memory_id, f.content, f.tags, m.namespace, m.collection, m.decay_eligible, m.expires_at "
+        "FROM memories_fts f JOIN memories m ON m.id = f.memory_id WHERE m.archived = %s",
+        "f.memory_id",
+    ),
+    "postgresql": (
+        "SELECT s.memory_id, array_to_string(s.tokens, ' '), '', m.namespace, m.collection, m.decay_eligible, m.expires_at "
+        "FROM memory_search s JOIN memories m ON m.id = s.memory_id WHERE m.archived = %s",
+        "s.memory_id",
+    ),
+}
 
 
 class TextIndex:
@@ -86,15 +97,15 @@ class TextIndex:
             self._dead += 1
 
     def _ingest(self, rows: list[tuple]) -> None:
-        for hex_id, content, tags, namespace, collection, decay, expires in rows:
+        for memory_id, content, tags, namespace, collection, decay, expires in rows:
             until = expires.timestamp() if decay and expires is not None else _INF
-            self._add(str(uuid.UUID(hex_id)), content, tags, namespace, collection, until)
+            self._add(memory_id, content, tags, namespace, collection, until)
 
     def _load(self) -> None:
         self._reset()
         self._last_change = VectorChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
         with connection.cursor() as cursor:
-            cursor.execute(_SELECT, [False])
+            cursor.execute(_SELECT[connection.vendor][0], [False])
             self._ingest(_typed(cursor.fetchall()))
         self._loaded = True
 
@@ -108,10 +119,12 @@ class TextIndex:
         self._last_change = changes[-1][0]
         ids = {memory_id for _, memory_id in changes}
         placeholders = ", ".join(["%s"] * len(ids))
+        sql, id_column = _SELECT[connection.vendor]
+        keys = [m.hex for m in ids] if connection.vendor == "sqlite" else [str(m) for m in ids]
         with connection.cursor() as cursor:
-            cursor.execute(_SELECT + f" AND f.memory_id IN ({placeholders})", [False, *(m.hex for m in ids)])
+            cursor.execute(sql + f" AND {id_column} IN ({placeholders})", [False, *keys])
             rows = _typed(cursor.fetchall())
-        present = {str(uuid.UUID(row[0])) for row in rows}
+        present = {row[0] for row in rows}
         for memory_id in ids:
             if str(memory_id) not in present:
                 self._drop(str(memory_id))  # forgotten, archived or collection deleted
@@ -165,11 +178,12 @@ def _typed(rows: list[tuple]) -> list[tuple]:
     from datetime import timezone as dt_timezone
 
     out = []
-    for hex_id, content, tags, namespace, collection, decay, expires in rows:
+    for raw_id, content, tags, namespace, collection, decay, expires in rows:
         if isinstance(expires, str):
             parsed = parse_datetime(expires)
             expires = parsed if parsed is None or parsed.tzinfo else make_aware(parsed, dt_timezone.utc)
-        out.append((hex_id, content, tags, namespace, collection, bool(decay), expires))
+        memory_id = str(raw_id) if isinstance(raw_id, uuid.UUID) else str(uuid.UUID(raw_id))
+        out.append((memory_id, content, tags, namespace, collection, bool(decay), expires))
     return out
 
 
