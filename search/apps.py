@@ -14,19 +14,6 @@ def _drop_orphans(sender: AppConfig, using: str = "default", **kwargs: object) -
     if table not in connection.introspection.table_names():
         return
     with connection.cursor() as cursor:
-        cursor.execute("SELECT COUNT(*) FROM memories")
-        if cursor.fetchone()[0] == 0 and connection.vendor == "sqlite":  # flushed: reset the statistics too
-            cursor.execute("DELETE FROM fulltext_stats")
-            cursor.execute("DELETE FROM fulltext_terms")
-            cursor.execute("DELETE FROM memories_fts")
-            return
-        if connection.vendor == "sqlite":  # orphans one by one, so the statistics stay exact
-            from search.fulltext import remove_memory
-
-            cursor.execute("SELECT memory_id FROM memories_fts WHERE memory_id NOT IN (SELECT id FROM memories)")
-            for (memory_id,) in cursor.fetchall():
-                remove_memory(memory_id)
-            return
         cursor.execute(f"DELETE FROM {table} WHERE memory_id NOT IN (SELECT id FROM memories)")  # noqa: S608
 
 

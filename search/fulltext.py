@@ -1,8 +1,7 @@
 """Full-text storage and BM25 search.
 
 The database keeps the analyzed text (:func:`search.text.analyze`: CJK segmented, stemmed,
-stopwords dropped) — SQLite in an FTS5 table (plus exact per-namespace term statistics),
-PostgreSQL in ``memory_search`` (token array + tsvector/GIN) — written inside the caller's
+stopwords dropped) — SQLite in an FTS5 table, PostgreSQL in ``memory_search`` (token array + tsvector/GIN) — written inside the caller's
 transaction, so it never disagrees with the memories table. Queries are answered by the
 in-process BM25 index (search.text_index) built from that text; query terms come from the
 same analyzer, so user strings are only ever words.
@@ -56,49 +55,20 @@ def _doc_tokens(content: str, tags: str) -> list[str]:
     return content.split() + tags.split() * int(W_TAGS)
 
 
-def _sqlite_stats_delta(cursor, ns_token: str, tokens: list[str], sign: int) -> None:  # noqa: ANN001
-    """Keep per-namespace BM25 statistics (doc count, token count, document frequencies)."""
-    cursor.execute(
-        "INSERT INTO fulltext_stats (scope, n_docs, n_tokens) VALUES (%s, %s, %s) "
-        "ON CONFLICT(scope) DO UPDATE SET n_docs = n_docs + excluded.n_docs, n_tokens = n_tokens + excluded.n_tokens",
-        [ns_token, sign, sign * len(tokens)],
-    )
-    terms = sorted(set(tokens))
-    if terms:
-        cursor.executemany(
-            "INSERT INTO fulltext_terms (scope, term, df) VALUES (%s, %s, %s) "
-            "ON CONFLICT(scope, term) DO UPDATE SET df = df + excluded.df",
-            [(ns_token, term, sign) for term in terms],
-        )
-        if sign < 0:
-            cursor.execute("DELETE FROM fulltext_terms WHERE scope = %s AND df <= 0", [ns_token])
-
-
-def _sqlite_unindex(cursor, rowid: int) -> None:  # noqa: ANN001
-    cursor.execute("SELECT content, tags, scope FROM memories_fts WHERE rowid = %s", [rowid])
-    row = cursor.fetchone()
-    if row is None:
-        return
-    cursor.execute("DELETE FROM memories_fts WHERE rowid = %s", [rowid])
-    _sqlite_stats_delta(cursor, row[2].split()[0], _doc_tokens(row[0], row[1]), -1)
-
-
 def _sqlite_index(memory: Memory) -> None:
     content, summary, tags = _fields(memory)
     rowid = fts_rowid(memory.id)
     with connection.cursor() as cursor:
-        _sqlite_unindex(cursor, rowid)
+        cursor.execute("DELETE FROM memories_fts WHERE rowid = %s", [rowid])
         cursor.execute(
             "INSERT INTO memories_fts (rowid, content, summary, tags, scope, memory_id) VALUES (%s, %s, %s, %s, %s, %s)",
             [rowid, content, summary, tags, _scope(memory), memory.id.hex],
         )
-        _sqlite_stats_delta(cursor, scope_token("ns", memory.namespace), _doc_tokens(content, tags), +1)
 
 
 def _pg_index(memory: Memory) -> None:
-    content, summary, tags = _fields(memory)
-    # Field weights by repetition: tags count twice, the summary (first line) is not re-counted.
-    tokens = content.split() + tags.split() * int(W_TAGS)
+    content, _summary, tags = _fields(memory)
+    tokens = _doc_tokens(content, tags)  # tags repeated here; the text index reads them with weight 1
     with connection.cursor() as cursor:
         cursor.execute(
             """INSERT INTO memory_search (memory_id, tokens, ntokens, document)
@@ -122,7 +92,7 @@ def index_memory(memory: Memory) -> None:
 def remove_memory(memory_id: uuid.UUID | str) -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
-            _sqlite_unindex(cursor, fts_rowid(memory_id))
+            cursor.execute("DELETE FROM memories_fts WHERE rowid = %s", [fts_rowid(memory_id)])
         else:
             cursor.execute("DELETE FROM memory_search WHERE memory_id = %s", [str(memory_id)])
 

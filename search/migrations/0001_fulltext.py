@@ -7,12 +7,6 @@ SQLITE_CREATE = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5("
     "content, summary, tags, scope, memory_id UNINDEXED, tokenize = 'unicode61 remove_diacritics 2')"
 )
-# BM25 statistics per namespace (FTS5's own bm25() would use the whole table's).
-SQLITE_STATS = [
-    "CREATE TABLE IF NOT EXISTS fulltext_stats (scope TEXT PRIMARY KEY, n_docs INTEGER NOT NULL, n_tokens INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS fulltext_terms (scope TEXT NOT NULL, term TEXT NOT NULL, df INTEGER NOT NULL, "
-    "PRIMARY KEY (scope, term)) WITHOUT ROWID",
-]
 PG_CREATE = [
     """CREATE TABLE IF NOT EXISTS memory_search (
         memory_id uuid PRIMARY KEY,
@@ -24,7 +18,7 @@ PG_CREATE = [
 
 
 def create(apps, schema_editor) -> None:  # noqa: ANN001
-    statements = [SQLITE_CREATE, *SQLITE_STATS] if schema_editor.connection.vendor == "sqlite" else PG_CREATE
+    statements = [SQLITE_CREATE] if schema_editor.connection.vendor == "sqlite" else PG_CREATE
     for sql in statements:
         schema_editor.execute(sql)
     from search import fulltext
@@ -35,9 +29,8 @@ def create(apps, schema_editor) -> None:  # noqa: ANN001
 
 
 def drop(apps, schema_editor) -> None:  # noqa: ANN001
-    tables = ["memories_fts", "fulltext_stats", "fulltext_terms"] if schema_editor.connection.vendor == "sqlite" else ["memory_search"]
-    for table in tables:
-        schema_editor.execute(f"DROP TABLE IF EXISTS {table}")
+    table = "memories_fts" if schema_editor.connection.vendor == "sqlite" else "memory_search"
+    schema_editor.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 class Migration(migrations.Migration):
