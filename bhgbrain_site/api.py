@@ -40,3 +40,18 @@ def call_context(request: Request) -> CallContext:
     peer = request.META.get("REMOTE_ADDR") or "unknown"
     principal = getattr(request._request, "bhgbrain_principal", None)  # noqa: SLF001 - set by our middleware
     return CallContext(actor=f"api:{peer}", principal=principal) if principal else CallContext(actor=f"api:{peer}")
+
+
+def json_object(request: Request) -> dict[str, Any]:
+    """The request body, which must be a JSON object."""
+    from bhgbrain_site.errors import InvalidInput
+
+    if not isinstance(request.data, dict):
+        raise InvalidInput("Invalid input: the body must be a JSON object")
+    return dict(request.data)
+
+
+def namespace_arg(request: Request) -> dict[str, str]:
+    """{"namespace": ...} from the query string, or nothing (the tool applies its default)."""
+    namespace = request.query_params.get("namespace")
+    return {"namespace": namespace} if namespace else {}

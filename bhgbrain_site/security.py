@@ -1,7 +1,6 @@
 """HTTP security: bearer token (constant-time) and the fail-closed start rule."""
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import logging
 import os

@@ -8,16 +8,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from bhgbrain_site.api import call_context
-from bhgbrain_site.errors import InvalidInput
+from bhgbrain_site.api import json_object as _body
+from bhgbrain_site.api import namespace_arg as _ns
 from mcp_bridge.registry import call_tool
 from mcp_bridge.tools import CategoryParams
 
 NAMESPACE = OpenApiParameter("namespace", str)
-
-
-def _ns(request: Request) -> dict[str, str]:
-    namespace = request.query_params.get("namespace")
-    return {"namespace": namespace} if namespace else {}
 
 
 class CategoryListView(APIView):
@@ -28,9 +24,7 @@ class CategoryListView(APIView):
     @extend_schema(request=CategoryParams, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request) -> Response:
         """Create or update a category ({"name", "slot", "content", "namespace"})."""
-        if not isinstance(request.data, dict):
-            raise InvalidInput("Invalid input: the body must be a JSON object")
-        return Response(call_tool("category", {**request.data, "action": "set"}, call_context(request)))
+        return Response(call_tool("category", {**_body(request), "action": "set"}, call_context(request)))
 
 
 class CategoryDetailView(APIView):

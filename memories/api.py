@@ -1,7 +1,6 @@
 """REST API for memories, collections and the audit log: thin views over the tool registry."""
 from __future__ import annotations
 
-from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -10,6 +9,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from bhgbrain_site.api import call_context
+from bhgbrain_site.api import json_object as _body
+from bhgbrain_site.api import namespace_arg as _ns
 from bhgbrain_site.errors import InvalidInput
 from mcp_bridge.registry import call_tool
 from mcp_bridge.resources import read_resource
@@ -18,17 +19,6 @@ from mcp_bridge.tools import CollectionsParams, RememberParams, TagParams
 NAMESPACE = OpenApiParameter("namespace", str, description="namespace (default: the configured one)")
 CURSOR = OpenApiParameter("cursor", str, description="cursor from the previous page (created_at|id)")
 LIMIT = OpenApiParameter("limit", int, description="page size 1–100 (default 20)")
-
-
-def _ns(request: Request) -> dict[str, str]:
-    namespace = request.query_params.get("namespace")
-    return {"namespace": namespace} if namespace else {}
-
-
-def _body(request: Request) -> dict[str, Any]:
-    if not isinstance(request.data, dict):
-        raise InvalidInput("Invalid input: the body must be a JSON object")
-    return dict(request.data)
 
 
 class MemoryListView(APIView):

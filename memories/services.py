@@ -208,10 +208,10 @@ def _after_commit_index(memory: Memory, change_id: int | None = None) -> None:
     transaction.on_commit(sync)
 
 
-def _apply_vector(memory: Memory, prep: _Prepared) -> None:
-    if prep.vector is not None and prep.embedder is not None:
-        memory.embedding = to_bytes(prep.vector)
-        memory.embedding_model = prep.embedder.model_id
+def _apply_vector(memory: Memory, vector: np.ndarray | None, embedder: Embedder | None) -> None:
+    if vector is not None and embedder is not None:
+        memory.embedding = to_bytes(vector)
+        memory.embedding_model = embedder.model_id
         memory.vector_synced = True
     else:
         memory.vector_synced = False
@@ -232,7 +232,7 @@ def _insert(prep: _Prepared, actor: str, now: datetime) -> Memory:
         review_due=meta.review_due, last_operation=Operation.ADD, device_id=settings.BHGBRAIN_DEVICE_ID,
         created_at=now, updated_at=now,
     )
-    _apply_vector(memory, prep)
+    _apply_vector(memory, prep.vector, prep.embedder)
     memory.save(force_insert=True)
     fulltext.index_memory(memory)
     _audit(memory, "ADD", actor, now, {"tier": tier, "collection": data.collection, "source": data.source})
@@ -273,7 +273,7 @@ def _update(target: Memory, prep: _Prepared, actor: str, now: datetime) -> Memor
     target.retention_tier, target.expires_at = tier, meta.expires_at
     target.decay_eligible, target.review_due = meta.decay_eligible, meta.review_due
     target.last_operation, target.merged_from, target.updated_at = Operation.UPDATE, str(target.id), now
-    _apply_vector(target, prep)
+    _apply_vector(target, prep.vector, prep.embedder)
     target.save()
     fulltext.index_memory(target)
     _audit(target, "UPDATE", actor, now, {"previous": previous, "tier": tier, "tags_dropped": dropped})
@@ -468,17 +468,15 @@ def memory_edit(*, memory_id: str, changes: dict[str, Any], actor: str) -> Memor
                 _snapshot_revision(memory, actor, now)
             memory.content, memory.summary, memory.checksum = content, normalize.make_summary(content), normalize.checksum(content)
             content_changed = True
-        for field in ("type", "tags", "category", "importance", "collection"):
-            if field in changes:
-                setattr(memory, field, changes[field])
+        for name in ("type", "tags", "category", "importance", "collection"):
+            if name in changes:
+                setattr(memory, name, changes[name])
         if "retention_tier" in changes and changes["retention_tier"] != memory.retention_tier:
             memory.retention_tier = changes["retention_tier"]
             meta = tiers.tier_metadata(memory.retention_tier, anchor=now, ttl=settings.BHGBRAIN.retention.tier_ttl)
             memory.expires_at, memory.decay_eligible, memory.review_due = meta.expires_at, meta.decay_eligible, meta.review_due
         if content_changed:
-            vector, embedder = _embed_or_degrade(memory.content)
-            _apply_vector(memory, _Prepared(RememberInput(memory.content, memory.namespace, memory.collection), memory.content,
-                                            memory.summary, memory.checksum, vector, embedder))
+            _apply_vector(memory, *_embed_or_degrade(memory.content))
         memory.updated_at = now
         memory.save()
         fulltext.index_memory(memory)

@@ -8,15 +8,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from bhgbrain_site.api import call_context
-from bhgbrain_site.errors import InvalidInput
+from bhgbrain_site.api import json_object as _body
 from mcp_bridge.registry import call_tool
 from mcp_bridge.tools import RecallParams, SearchParams
-
-
-def _body(request: Request) -> dict:
-    if not isinstance(request.data, dict):
-        raise InvalidInput("Invalid input: the body must be a JSON object")
-    return dict(request.data)
 
 
 class SearchView(APIView):
