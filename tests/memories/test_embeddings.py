@@ -165,3 +165,14 @@ def test_openai_without_key_is_degraded_without_network(monkeypatch: pytest.Monk
     assert embedder.health()[0] == "degraded"
     with pytest.raises(EmbeddingUnavailable):
         embedder.embed_passage("x")  # refused before any connection: no base_url could be reached anyway
+
+
+def test_local_model_threads_come_from_the_config() -> None:
+    from pydantic import ValidationError
+
+    from memories.embeddings import LocalE5Embedder, default_threads
+
+    assert LocalE5Embedder(EmbeddingConfig(threads=3)).threads == 3
+    assert 1 <= LocalE5Embedder(EmbeddingConfig()).threads == default_threads() <= 4
+    with pytest.raises(ValidationError):
+        EmbeddingConfig(threads=0)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from django.utils import timezone
 
@@ -77,3 +78,64 @@ def test_growth_beyond_initial_capacity(hash_embedder) -> None:
     for i in range(10):
         remember(f"Fact {i}")
     assert index.size() == 10
+
+
+def _anisotropic(rng, count: int, basis) -> "np.ndarray":  # noqa: ANN001
+    """Unit vectors shaped like sentence embeddings: a shared direction, a low-rank spread, noise."""
+    import numpy as np
+
+    raw = 3.0 + rng.standard_normal((count, basis.shape[0])) @ basis + 0.05 * rng.standard_normal((count, basis.shape[1]))
+    return (raw / np.linalg.norm(raw, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _filled_index(monkeypatch: pytest.MonkeyPatch, count: int, dims: int = 384):  # noqa: ANN202
+    import numpy as np
+
+    from memories import vector_index
+
+    monkeypatch.setattr(vector_index, "SKETCH_MIN_ROWS", 1000)
+    monkeypatch.setattr(vector_index, "SKETCH_SAMPLE", 1000)
+    monkeypatch.setattr(vector_index, "SHORTLIST_MIN", 60)
+    monkeypatch.setattr(vector_index, "SHORTLIST_PER_RESULT", 6)  # limit 10: 60 of 2,700 candidates re-scored
+    rng = np.random.default_rng(7)
+    basis = rng.standard_normal((48, dims))
+    index = EmbeddedVectorIndex("test/sketch", dims)
+    index._loaded = True  # noqa: SLF001 - rows are put directly; the (empty) change feed is still read
+    for i, vector in enumerate(_anisotropic(rng, count, basis)):
+        index._put(f"m{i}", vector, "global" if i % 10 else "other", "general", float("inf"))  # noqa: SLF001
+    return index, rng, basis
+
+
+def test_sketch_prefilter_returns_the_exact_top_scores(monkeypatch: pytest.MonkeyPatch) -> None:
+    index, rng, basis = _filled_index(monkeypatch, 3000)
+    now = timezone.now()
+    for query in _anisotropic(rng, 40, basis):
+        served = index.search(query, namespace="global", collection=None, limit=10, now=now)
+        exact = index.search(query, namespace="global", collection=None, limit=10, now=now, exact=True)
+        assert [round(h.cosine, 5) for h in served] == [round(h.cosine, 5) for h in exact]
+        assert all(int(h.memory_id[1:]) % 10 for h in served)  # the namespace filter still applies
+    assert index._projection is not None  # noqa: SLF001 - the sketch was really used
+    assert index._shortlist(query, np.arange(2700), 3000, 1).size == 60  # noqa: SLF001
+
+
+def test_vectors_added_after_the_fit_are_sketched_and_a_doubled_index_refits(monkeypatch: pytest.MonkeyPatch) -> None:
+    index, rng, basis = _filled_index(monkeypatch, 1200)
+    now = timezone.now()
+    index.search(_anisotropic(rng, 1, basis)[0], namespace="global", collection=None, limit=5, now=now)
+    assert index._projection is not None and index._projection.fitted_rows == 1200  # noqa: SLF001
+    newcomer = _anisotropic(rng, 1, basis)[0]
+    index._put("new", newcomer, "global", "general", float("inf"))  # noqa: SLF001
+    assert index.search(newcomer, namespace="global", collection=None, limit=1, now=now)[0].memory_id == "new"
+    for i, vector in enumerate(_anisotropic(rng, 1300, basis)):
+        index._put(f"late{i}", vector, "global", "general", float("inf"))  # noqa: SLF001
+    index.search(newcomer, namespace="global", collection=None, limit=1, now=now)
+    assert index._projection.fitted_rows == 2501  # noqa: SLF001
+
+
+def test_small_models_and_small_namespaces_scan_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    index, rng, basis = _filled_index(monkeypatch, 1500, dims=96)  # 96 // 3 < 64 sketch dimensions
+    index.search(_anisotropic(rng, 1, basis)[0], namespace="global", collection=None, limit=5, now=timezone.now())
+    assert index._projection is None  # noqa: SLF001
+    big, rng, basis = _filled_index(monkeypatch, 1500)
+    big.search(_anisotropic(rng, 1, basis)[0], namespace="other", collection=None, limit=5, now=timezone.now())
+    assert big._projection is None  # noqa: SLF001 - 150 candidates: below SKETCH_MIN_ROWS
