@@ -218,6 +218,28 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return cmd_tool(args)
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    """backup create | list | restore PATH; the CLI runs on the server, so restore reads any path."""
+    from django.core.management import call_command
+
+    from bhgbrain_site.errors import DomainError, to_envelope
+    from memories import backup
+
+    call_command("migrate", interactive=False, verbosity=0)
+    try:
+        if args.backup_command == "create":
+            result: Any = backup.backup_create(actor="cli").as_dict()
+        elif args.backup_command == "list":
+            result = {"backups": [info.as_dict() for info in backup.backups_list()]}
+        else:
+            result = backup.backup_restore(path=os.path.abspath(args.path), actor="cli", allow_any_path=True)
+    except DomainError as exc:
+        _print_result(to_envelope(exc)[1])
+        return 1
+    _print_result(result)
+    return 0
+
+
 def cmd_token_create(args: argparse.Namespace) -> int:
     from django.core.management import call_command
 
@@ -279,6 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = token.add_parser("revoke", help="revoke by the prefix shown in `token list`")
     revoke.add_argument("prefix")
     revoke.set_defaults(func=cmd_token_revoke)
+    backups = sub.add_parser("backup", help="whole-store backups (.bhgb)").add_subparsers(dest="backup_command", required=True)
+    backups.add_parser("create", help="back up every namespace into <data_dir>/backups").set_defaults(func=cmd_backup)
+    backups.add_parser("list", help="list known backups").set_defaults(func=cmd_backup)
+    restore = backups.add_parser("restore", help="replace the store with a .bhgb backup (the current one is saved first)")
+    restore.add_argument("path")
+    restore.set_defaults(func=cmd_backup)
     tool = sub.add_parser("tool", help="call a tool with JSON arguments, e.g. bhgbrain tool remember '{\"content\": \"...\"}'")
     tool.add_argument("name")
     tool.add_argument("arguments", nargs="?", default="{}")

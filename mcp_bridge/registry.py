@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ValidationError
 
-from bhgbrain_site.errors import InvalidInput, NotFound, describe_validation_error
+from bhgbrain_site.errors import AuthRequired, InvalidInput, NotFound, describe_validation_error
 from mcp_bridge.tokens import FULL_ACCESS, Principal
 
 
@@ -28,6 +28,7 @@ class Tool:
     input_model: type[BaseModel]
     handler: Callable[[Any, CallContext], dict[str, Any]]
     writes: Callable[[Any], bool]
+    whole_store: bool = False  # reads or replaces every namespace: the master token only
 
     @property
     def description(self) -> str:
@@ -38,13 +39,15 @@ _TOOLS: dict[str, Tool] = {}
 
 
 def tool(
-    name: str, input_model: type[BaseModel], *, writes: Callable[[Any], bool] = lambda params: False
+    name: str, input_model: type[BaseModel], *, writes: Callable[[Any], bool] = lambda params: False,
+    whole_store: bool = False,
 ) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
     """Register ``handler(params, ctx)`` under ``name``; its docstring is the description.
-    ``writes(params)`` says whether the call changes data (refused for read-only tokens)."""
+    ``writes(params)`` says whether the call changes data (refused for read-only tokens);
+    ``whole_store`` tools (backup) act on every namespace and refuse scoped tokens."""
 
     def register(handler: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-        _TOOLS[name] = Tool(name=name, input_model=input_model, handler=handler, writes=writes)
+        _TOOLS[name] = Tool(name=name, input_model=input_model, handler=handler, writes=writes, whole_store=whole_store)
         return handler
 
     return register
@@ -97,6 +100,8 @@ def _scoped(tool_: Tool, params: BaseModel, principal: Principal) -> BaseModel:
     """Check the caller may use the call's namespace; pin it so services filter by it."""
     from django.conf import settings
 
+    if tool_.whole_store and principal.namespaces is not None:
+        raise AuthRequired(f"The {tool_.name} tool acts on every namespace: it needs the master token")
     namespace = getattr(params, "namespace", None) or principal.default_namespace(settings.BHGBRAIN.defaults.namespace)
     principal.check(namespace, writes=tool_.writes(params))
     if principal.namespaces is None or "namespace" not in type(params).model_fields:

@@ -4,10 +4,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from bhgbrain_site.errors import InvalidInput
 from mcp_bridge.registry import CallContext, tool
+from memories import backup as backup_service
 from memories import services
 from search import services as search_services
 
@@ -236,3 +237,31 @@ def import_(params: ImportParams, ctx: CallContext) -> dict[str, Any]:
 
     return profile_import(namespace=params.namespace, fmt=params.format, content=params.content,
                           dry_run=params.dry_run, actor=ctx.actor)
+
+
+class BackupParams(_Input):
+    action: Literal["create", "list", "restore"]
+    path: str | None = Field(default=None, min_length=1, max_length=4096)
+
+    @model_validator(mode="after")
+    def _path_only_for_restore(self) -> "BackupParams":
+        if self.action == "restore" and self.path is None:
+            raise ValueError("path is required for restore")
+        if self.action != "restore" and self.path is not None:
+            raise ValueError("path is only used by restore")
+        return self
+
+
+@tool("backup", BackupParams, writes=lambda p: p.action != "list", whole_store=True)
+def backup(params: BackupParams, ctx: CallContext) -> dict[str, Any]:
+    """Back up or restore the whole store (every namespace; needs the master token).
+    create: snapshot memories with their vectors, categories, collections, audit and
+    revisions into <data_dir>/backups/<timestamp>.bhgb; list: known backups; restore
+    (path: absolute path of a .bhgb file in that folder): replace the store live, after
+    saving the current one as a pre-restore backup. Backups of the original BHGBrain restore too."""
+    if params.action == "create":
+        return backup_service.backup_create(actor=ctx.actor).as_dict()
+    if params.action == "list":
+        return {"backups": [info.as_dict() for info in backup_service.backups_list()]}
+    assert params.path is not None
+    return backup_service.backup_restore(path=params.path, actor=ctx.actor)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -113,3 +114,26 @@ class AuditListView(APIView):
         return Response({"entries": audit_entries(namespace=namespace, limit=int(limit),
                                                   operation=request.query_params.get("operation"),
                                                   memory_id=request.query_params.get("memory_id"))})
+
+
+class BackupListView(APIView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="backups_list")
+    def get(self, request: Request) -> Response:
+        """Known backups, newest first (master token only)."""
+        return Response(call_tool("backup", {"action": "list"}, call_context(request)))
+
+    @extend_schema(request=None, responses={201: OpenApiTypes.OBJECT}, operation_id="backups_create")
+    def post(self, request: Request) -> Response:
+        """Create a backup of the whole store (master token only)."""
+        return Response(call_tool("backup", {"action": "create"}, call_context(request)), status=201)
+
+
+BackupRestoreBody = inline_serializer("BackupRestore", {"path": serializers.CharField(max_length=4096)})
+
+
+class BackupRestoreView(APIView):
+    @extend_schema(request=BackupRestoreBody, responses=OpenApiTypes.OBJECT, operation_id="backups_restore")
+    def post(self, request: Request) -> Response:
+        """Replace the store with a backup from <data_dir>/backups ({"path": ...}; master token only)."""
+        body = _body(request)
+        return Response(call_tool("backup", {**body, "action": "restore"}, call_context(request)))

@@ -160,6 +160,7 @@ class VectorChange(models.Model):
     class Op(models.TextChoices):
         UPSERT = "upsert"
         DELETE = "delete"
+        RESET = "reset"  # the whole store was replaced (backup restore): every index reloads
 
     memory_id = models.UUIDField()
     op = models.CharField(max_length=8, choices=Op.choices)

@@ -80,6 +80,14 @@ def fit_projection(vectors: np.ndarray, dims: int, fitted_rows: int) -> Projecti
     return Projection(mean.astype(np.float32), basis, fitted_rows)
 
 
+RELOAD_AFTER_CHANGES = 5_000  # a bigger burst is cheaper to reload than to fetch id by id
+
+
+def needs_reload(changes: list[tuple[int, object, str]]) -> bool:
+    """A store-wide reset in the feed, or too many changed rows to fetch by id."""
+    return len(changes) > RELOAD_AFTER_CHANGES or any(op == VectorChange.Op.RESET for _, _, op in changes)
+
+
 class EmbeddedVectorIndex:
     """Cosine search with numpy over rows filtered by namespace, collection and expiry."""
 
@@ -193,13 +201,19 @@ class EmbeddedVectorIndex:
             self._load()
             return
         changes = list(
-            VectorChange.objects.filter(id__gt=self._last_change).order_by("id").values_list("id", "memory_id")
+            VectorChange.objects.filter(id__gt=self._last_change).order_by("id").values_list("id", "memory_id", "op")
         )
         if not changes:
             return
+        if needs_reload(changes):
+            self._reset_arrays()
+            self._applied.clear()
+            self._projection = None
+            self._load()
+            return
         self._last_change = changes[-1][0]
-        ids = {memory_id for change_id, memory_id in changes if change_id not in self._applied}
-        self._applied.difference_update(change_id for change_id, _ in changes)
+        ids = {memory_id for change_id, memory_id, _ in changes if change_id not in self._applied}
+        self._applied.difference_update(change_id for change_id, _, _ in changes)
         if not ids:
             return
         found = {m.id: m for m in Memory.objects.filter(id__in=ids).only(*self._FIELDS)}

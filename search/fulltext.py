@@ -97,6 +97,12 @@ def remove_memory(memory_id: uuid.UUID | str) -> None:
             cursor.execute("DELETE FROM memory_search WHERE memory_id = %s", [str(memory_id)])
 
 
+def clear_all() -> None:
+    """Drop every memory's analyzed text (a restore replaces the whole store)."""
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM memories_fts" if connection.vendor == "sqlite" else "DELETE FROM memory_search")
+
+
 def search(query: str, *, namespace: str, collection: str | None, now: datetime, limit: int) -> list[TextHit]:
     """BM25-ranked live memories of the namespace matching any query term, best first."""
     terms = analyze_query(query)

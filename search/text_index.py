@@ -21,6 +21,7 @@ import numpy as np
 from django.db import connection
 
 from memories.models import VectorChange
+from memories.vector_index import needs_reload
 
 _INF = math.inf
 _SELECT = {
@@ -113,11 +114,16 @@ class TextIndex:
         if not self._loaded or self._dead * 3 > max(len(self._ids), 3000):
             self._load()
             return
-        changes = list(VectorChange.objects.filter(id__gt=self._last_change).order_by("id").values_list("id", "memory_id"))
+        changes = list(
+            VectorChange.objects.filter(id__gt=self._last_change).order_by("id").values_list("id", "memory_id", "op")
+        )
         if not changes:
             return
+        if needs_reload(changes):
+            self._load()
+            return
         self._last_change = changes[-1][0]
-        ids = {memory_id for _, memory_id in changes}
+        ids = {memory_id for _, memory_id, _ in changes}
         placeholders = ", ".join(["%s"] * len(ids))
         sql, id_column = _SELECT[connection.vendor]
         keys = [m.hex for m in ids] if connection.vendor == "sqlite" else [str(m) for m in ids]

@@ -56,6 +56,23 @@ def test_collections_and_categories(api: LiveServer) -> None:
     assert httpx.delete(f"{url}/categories/values/", params={"namespace": "rest2"}).json() == {"ok": True, "name": "values"}
 
 
+def test_backups_create_list_restore(api: LiveServer) -> None:
+    url = api.url + "/api"
+    memory = httpx.post(f"{url}/memories/", json={"content": "REST backup: the cache TTL is 300 seconds", "namespace": "rest-bk"}).json()
+    created = httpx.post(f"{url}/backups/")
+    assert created.status_code == 201
+    path = created.json()["path"]
+    assert path in [b["path"] for b in httpx.get(f"{url}/backups/").json()["backups"]]
+    httpx.delete(f"{url}/memories/{memory['id']}/", params={"namespace": "rest-bk"})
+    restored = httpx.post(f"{url}/backups/restore/", json={"path": path})
+    assert restored.status_code == 200 and restored.json()["activated"] is True
+    assert httpx.get(f"{url}/memories/{memory['id']}/", params={"namespace": "rest-bk"}).status_code == 200
+    for body, status, code in (({}, 400, "INVALID_INPUT"), ({"path": "/etc/passwd"}, 400, "INVALID_INPUT"),
+                               ({"path": path[:-5] + "-missing.bhgb"}, 404, "NOT_FOUND"), ([1], 400, "INVALID_INPUT")):
+        refused = httpx.post(f"{url}/backups/restore/", json=body)
+        assert refused.status_code == status and refused.json()["error"]["code"] == code, body
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "code"),
     [
@@ -100,4 +117,4 @@ def test_schemathesis_finds_no_server_error(api: LiveServer) -> None:
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "Tested: 16" in proc.stdout and " passed" in proc.stdout and "Rate limited" not in proc.stdout
+    assert "Tested: 19" in proc.stdout and " passed" in proc.stdout and "Rate limited" not in proc.stdout

@@ -134,6 +134,22 @@ def test_read_only_token_reads_but_never_writes(actors) -> None:  # noqa: ANN001
     assert live.post("collections", {"action": "list"}, headers=charlie).status_code == 200
 
 
+def test_backups_span_every_namespace_so_only_the_master_token_may_touch_them(actors) -> None:  # noqa: ANN001
+    live, tokens = actors
+    master = _as("master-token-value")
+    for name in ("alice", "bob", "charlie"):
+        assert _code(live.post("backup", {"action": "list"}, headers=_as(tokens[name]))) == "AUTH_REQUIRED"
+        listing = httpx.get(live.url + "/api/backups/", headers=_as(tokens[name]))
+        assert listing.status_code == 401 and _code(listing) == "AUTH_REQUIRED"
+        assert httpx.post(live.url + "/api/backups/", headers=_as(tokens[name])).status_code == 401
+    assert httpx.post(live.url + "/api/backups/").status_code == 401
+    created = httpx.post(live.url + "/api/backups/", headers=master)
+    assert created.status_code == 201 and created.json()["path"].endswith(".bhgb")
+    restore = httpx.post(live.url + "/api/backups/restore/", json={"path": created.json()["path"]}, headers=_as(tokens["alice"]))
+    assert restore.status_code == 401
+    assert created.json()["path"] in {b["path"] for b in httpx.get(live.url + "/api/backups/", headers=master).json()["backups"]}
+
+
 def test_scoped_token_over_mcp_http(actors) -> None:  # noqa: ANN001
     live, tokens = actors
 

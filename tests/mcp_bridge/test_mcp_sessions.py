@@ -18,7 +18,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.live_server import LiveServer, server_env
 
-TOOLS = {"remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import"}
+TOOLS = {"remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import", "backup"}
 RESOURCES = {"memory://list", "memory://inject", "category://list", "collection://list", "health://status"}
 TEMPLATES = {"memory://{id}", "category://{name}", "collection://{name}"}
 
@@ -52,6 +52,8 @@ async def _exercise(session: ClientSession) -> dict[str, Any]:
                                                  "content": "All remote access goes through the VPN", **ns})).structured_content
     seen["bootstrap"] = (await call("bootstrap", {"action": "start", "namespace": "mcp-profile"})).structured_content
     seen["import"] = (await call("import", {"format": "freeform", "content": "One.\n\nTwo.", "dry_run": True})).structured_content
+    seen["backup"] = (await call("backup", {"action": "create"})).structured_content
+    seen["backup_list"] = (await call("backup", {"action": "list"})).structured_content
     seen["memory_list"] = _text(await session.read_resource(f"memory://list?namespace=mcp-test&limit=5"))
     seen["inject"] = _text(await session.read_resource("memory://inject?namespace=mcp-test"))
     seen["category_list"] = _text(await session.read_resource("category://list?namespace=mcp-test"))
@@ -67,6 +69,8 @@ async def _exercise(session: ClientSession) -> dict[str, Any]:
     seen["unknown_tool"] = await call("teleport", {})
     seen["forget"] = (await call("forget", {"id": memory_id, **ns})).structured_content
     seen["forget_again"] = await call("forget", {"id": memory_id, **ns})
+    seen["restore"] = (await call("backup", {"action": "restore", "path": seen["backup"]["path"]})).structured_content
+    seen["restored_memory"] = _text(await session.read_resource(f"memory://{memory_id}?namespace=mcp-test"))
     seen["memory_id"] = memory_id
     return seen
 
@@ -82,6 +86,10 @@ def _check(seen: dict[str, Any]) -> None:
     assert seen["collections"] == {"collections": [{"name": "general", "count": 1}]}
     assert seen["bootstrap"]["next"]["section"] == 1
     assert seen["import"]["dry_run"] is True and len(seen["import"]["previews"]) == 2
+    assert seen["backup"]["path"].endswith(".bhgb") and seen["backup"]["memory_count"] >= 1
+    assert seen["backup"]["path"] in {b["path"] for b in seen["backup_list"]["backups"]}
+    assert seen["restore"]["activated"] is True
+    assert seen["restored_memory"]["id"] == seen["memory_id"]  # forgotten, then brought back by the restore
     assert seen["memory_list"]["items"][0]["id"] == seen["memory_id"] and seen["memory_list"]["total_results"] == 1
     assert seen["inject"]["content"].startswith("## net-policy (architecture)\nAll remote access goes through the VPN")
     assert "WireGuard" in seen["inject"]["content"] and seen["inject"]["memories_count"] == 1
