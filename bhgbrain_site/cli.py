@@ -60,12 +60,9 @@ def _banner(host: str, port: int, scheduler: int | None) -> None:
 
 def _start_scheduler() -> subprocess.Popen[bytes]:
     """django-q2's cluster in a child process with the same config; logs go to stderr."""
-    from django_q.models import Schedule
+    from bhgbrain_site.schedules import register_schedules
 
-    Schedule.objects.update_or_create(
-        name="bhgbrain.vector_sync",
-        defaults={"func": "memories.tasks.vector_sync", "schedule_type": Schedule.MINUTES, "minutes": 5},
-    )
+    register_schedules()
     manage = [sys.executable, "-m", "django", "qcluster"]
     return subprocess.Popen(manage, stdout=sys.stderr, env=os.environ.copy(), preexec_fn=_die_with_parent)
 
@@ -240,6 +237,39 @@ def cmd_backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gc(args: argparse.Namespace) -> int:
+    from django.core.management import call_command
+
+    from retention.cleanup import retention_cleanup
+
+    call_command("migrate", interactive=False, verbosity=0)
+    _print_result(retention_cleanup(consolidate=args.consolidate).as_dict())
+    return 0
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    """archive list | search QUERY | restore ID, in one namespace (default: the configured one)."""
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from bhgbrain_site.errors import DomainError, to_envelope
+    from retention import archive
+
+    call_command("migrate", interactive=False, verbosity=0)
+    namespace = args.namespace or settings.BHGBRAIN.defaults.namespace
+    try:
+        if args.archive_command == "restore":
+            result: Any = archive.archive_restore(memory_id=args.id, namespace=namespace, actor="cli", tier=args.tier)
+        else:
+            query = args.query if args.archive_command == "search" else None
+            result = {"entries": archive.archive_entries(namespace=namespace, query=query, limit=args.limit)}
+    except DomainError as exc:
+        _print_result(to_envelope(exc)[1])
+        return 1
+    _print_result(result)
+    return 0
+
+
 def cmd_token_create(args: argparse.Namespace) -> int:
     from django.core.management import call_command
 
@@ -307,6 +337,22 @@ def build_parser() -> argparse.ArgumentParser:
     restore = backups.add_parser("restore", help="replace the store with a .bhgb backup (the current one is saved first)")
     restore.add_argument("path")
     restore.set_defaults(func=cmd_backup)
+    gc = sub.add_parser("gc", help="archive and delete expired memories now")
+    gc.add_argument("--consolidate", action="store_true", help="first mark long-unused, unimportant memories stale")
+    gc.set_defaults(func=cmd_gc)
+    archive = sub.add_parser("archive", help="memories removed by the cleanup").add_subparsers(dest="archive_command", required=True)
+    for name, helptext in (("list", "recently archived"), ("search", "archived memories matching a query"),
+                           ("restore", "bring one back (same id, T2 unless --tier)")):
+        command = archive.add_parser(name, help=helptext)
+        command.add_argument("--namespace")
+        if name == "search":
+            command.add_argument("query")
+        if name == "restore":
+            command.add_argument("id")
+            command.add_argument("--tier", default="T2", choices=("T0", "T1", "T2", "T3"))
+        else:
+            command.add_argument("--limit", type=int, default=20)
+        command.set_defaults(func=cmd_archive)
     tool = sub.add_parser("tool", help="call a tool with JSON arguments, e.g. bhgbrain tool remember '{\"content\": \"...\"}'")
     tool.add_argument("name")
     tool.add_argument("arguments", nargs="?", default="{}")

@@ -77,6 +77,7 @@ def _db_size_bytes() -> int:
 
 def _retention_stats() -> dict[str, Any]:
     from memories.models import Memory
+    from retention.models import ArchivedMemory
     from memories.selectors import memory_counts_by_tier
 
     retention = settings.BHGBRAIN.retention
@@ -93,7 +94,9 @@ def _retention_stats() -> dict[str, Any]:
             decay_eligible=True, expires_at__gt=now,
             expires_at__lte=now + timedelta(days=retention.pre_expiry_warning_days),
         ).count(),
-        "archived_count": Memory.objects.filter(archived=True).count(),
+        # soft-archived rows plus memories the cleanup moved to the archive (not restored since)
+        "archived_count": Memory.objects.filter(archived=True).count()
+        + ArchivedMemory.objects.filter(restored_at__isnull=True).count(),
         "unsynced_vectors": live.filter(vector_synced=False).count(),
         "over_capacity": over_capacity,
     }

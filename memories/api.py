@@ -13,7 +13,7 @@ from bhgbrain_site.api import call_context
 from bhgbrain_site.api import json_object as _body
 from bhgbrain_site.api import namespace_arg as _ns
 from bhgbrain_site.errors import InvalidInput
-from mcp_bridge.registry import call_tool
+from mcp_bridge.registry import CallContext, call_tool
 from mcp_bridge.resources import read_resource
 from mcp_bridge.tools import CollectionsParams, RememberParams, TagParams
 
@@ -29,14 +29,9 @@ class MemoryListView(APIView):
         """Memories, newest first, keyset-paginated; filters: type, tier, tag."""
         from memories.selectors import memories_page
 
-        ctx = call_context(request)
-        namespace = request.query_params.get("namespace") or ctx.principal.default_namespace(_default_namespace())
-        ctx.principal.check(namespace, writes=False)
+        namespace, _ = _scoped_namespace(request, writes=False)
         params = request.query_params
-        limit = params.get("limit", "20")
-        if not limit.isdigit() or not 1 <= int(limit) <= 100:
-            raise InvalidInput("limit: must be an integer from 1 to 100")
-        return Response(memories_page(namespace=namespace, limit=int(limit), cursor=params.get("cursor"),
+        return Response(memories_page(namespace=namespace, limit=_limit(request, default=20, maximum=100), cursor=params.get("cursor"),
                                       memory_type=params.get("type"), tier=params.get("tier"), tag=params.get("tag")))
 
     @extend_schema(request=RememberParams, responses=OpenApiTypes.OBJECT)
@@ -50,6 +45,21 @@ def _default_namespace() -> str:
     from django.conf import settings
 
     return settings.BHGBRAIN.defaults.namespace
+
+
+def _scoped_namespace(request: Request, *, writes: bool) -> tuple[str, CallContext]:
+    """The ?namespace= (or the caller's default), checked against the caller's token."""
+    ctx = call_context(request)
+    namespace = request.query_params.get("namespace") or ctx.principal.default_namespace(_default_namespace())
+    ctx.principal.check(namespace, writes=writes)
+    return namespace, ctx
+
+
+def _limit(request: Request, *, default: int, maximum: int) -> int:
+    limit = request.query_params.get("limit", str(default))
+    if not limit.isdigit() or not 1 <= int(limit) <= maximum:
+        raise InvalidInput(f"limit: must be an integer from 1 to {maximum}")
+    return int(limit)
 
 
 class MemoryDetailView(APIView):
@@ -105,13 +115,8 @@ class AuditListView(APIView):
         """Recent audit entries of a namespace, newest first."""
         from memories.selectors import audit_entries
 
-        ctx = call_context(request)
-        namespace = request.query_params.get("namespace") or ctx.principal.default_namespace(_default_namespace())
-        ctx.principal.check(namespace, writes=False)
-        limit = request.query_params.get("limit", "50")
-        if not limit.isdigit() or not 1 <= int(limit) <= 500:
-            raise InvalidInput("limit: must be an integer from 1 to 500")
-        return Response({"entries": audit_entries(namespace=namespace, limit=int(limit),
+        namespace, _ = _scoped_namespace(request, writes=False)
+        return Response({"entries": audit_entries(namespace=namespace, limit=_limit(request, default=50, maximum=500),
                                                   operation=request.query_params.get("operation"),
                                                   memory_id=request.query_params.get("memory_id"))})
 
@@ -137,3 +142,40 @@ class BackupRestoreView(APIView):
         """Replace the store with a backup from <data_dir>/backups ({"path": ...}; master token only)."""
         body = _body(request)
         return Response(call_tool("backup", {**body, "action": "restore"}, call_context(request)))
+
+
+class ArchiveListView(APIView):
+    @extend_schema(parameters=[NAMESPACE, OpenApiParameter("q", str, description="words to look for"),
+                               OpenApiParameter("limit", int, description="1–100 (default 20)")],
+                   responses=OpenApiTypes.OBJECT, operation_id="archive_list")
+    def get(self, request: Request) -> Response:
+        """Memories the retention cleanup archived in a namespace, newest first (or best match for q)."""
+        from retention.archive import archive_entries
+
+        namespace, _ = _scoped_namespace(request, writes=False)
+        limit = _limit(request, default=20, maximum=100)
+        query = (request.query_params.get("q") or "").strip()
+        if len(query) > 500:
+            raise InvalidInput("q: at most 500 characters")
+        return Response({"entries": archive_entries(namespace=namespace, query=query or None, limit=limit)})
+
+
+ArchiveRestoreBody = inline_serializer("ArchiveRestore", {"tier": serializers.ChoiceField(["T0", "T1", "T2", "T3"], required=False)})
+
+
+class ArchiveRestoreView(APIView):
+    @extend_schema(parameters=[NAMESPACE], request=ArchiveRestoreBody, responses=OpenApiTypes.OBJECT,
+                   operation_id="archive_restore")
+    def post(self, request: Request, memory_id: str) -> Response:
+        """Restore an archived memory (same id; T2 unless {"tier": ...})."""
+        from retention.archive import archive_restore
+
+        namespace, ctx = _scoped_namespace(request, writes=True)
+        body = _body(request) if request.body else {}
+        unknown = set(body) - {"tier"}
+        if unknown:
+            raise InvalidInput(f"Invalid input: unknown field(s) {', '.join(sorted(map(str, unknown)))[:200]}")
+        tier = body.get("tier", "T2")
+        if not isinstance(tier, str):
+            raise InvalidInput("tier: must be T0, T1, T2 or T3")
+        return Response(archive_restore(memory_id=memory_id, namespace=namespace, actor=ctx.actor, tier=tier))

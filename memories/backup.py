@@ -7,9 +7,9 @@ File format (the original BHGBrain's container, so its backups restore here too)
 The header holds ``version`` 1, ``memory_count``, ``checksum`` (sha256 hex of the database
 bytes), ``created_at``, ``embedding_model`` and ``embedding_dimensions``; ours adds
 ``producer``. The database uses the original's table layout (memories, categories,
-collections, audit_log, memory_revisions, bootstrap_sessions, …) plus what we keep beyond
-it: each memory's ``embedding`` and ``embedding_model`` (a restore re-embeds nothing),
-categories per namespace and their revisions. The export is read inside one transaction, so
+collections, audit_log, memory_revisions, memory_archive, bootstrap_sessions) plus what we
+keep beyond it: each memory's ``embedding`` and ``embedding_model`` (a restore re-embeds
+nothing), categories per namespace and their revisions, archived memories in full. The export is read inside one transaction, so
 it is a consistent snapshot whichever database serves the store.
 """
 from __future__ import annotations
@@ -41,6 +41,7 @@ from memories.models import (
     Operation, RetentionTier, VectorChange,
 )
 from memories.selectors import iso
+from retention.models import ArchivedMemory
 
 FORMAT_VERSION = 1
 PRODUCER = "bhgbrain-django"
@@ -77,6 +78,13 @@ CREATE TABLE audit_log (
 CREATE TABLE memory_revisions (
     id INTEGER PRIMARY KEY, memory_id TEXT NOT NULL, revision INTEGER NOT NULL, content TEXT NOT NULL,
     updated_at TEXT NOT NULL, updated_by TEXT NOT NULL, UNIQUE (memory_id, revision)
+);
+CREATE TABLE memory_archive (
+    id INTEGER PRIMARY KEY, memory_id TEXT NOT NULL, summary TEXT NOT NULL, tier TEXT NOT NULL,
+    namespace TEXT NOT NULL, created_at TEXT NOT NULL, expired_at TEXT NOT NULL, access_count INTEGER NOT NULL,
+    tags TEXT NOT NULL, content TEXT NOT NULL, collection TEXT NOT NULL, type TEXT NOT NULL, category TEXT,
+    source TEXT NOT NULL, checksum TEXT NOT NULL, importance REAL NOT NULL, last_accessed TEXT, device_id TEXT,
+    embedding BLOB, embedding_model TEXT NOT NULL DEFAULT '', restored_at TEXT
 );
 CREATE TABLE bootstrap_sessions (
     namespace TEXT NOT NULL, section_number INTEGER NOT NULL, status TEXT NOT NULL, memory_ids TEXT NOT NULL,
@@ -164,6 +172,13 @@ def _other_rows() -> dict[str, Iterable[tuple[Any, ...]]]:
         "bootstrap_sessions": (
             (b.namespace, b.section_number, b.status, json.dumps(b.memory_ids), iso(b.updated_at))
             for b in BootstrapSession.objects.all()
+        ),
+        "memory_archive": (
+            (a.id, str(a.memory_id), a.summary, a.tier, a.namespace, iso(a.created_at), iso(a.expired_at),
+             a.access_count, json.dumps(a.tags, ensure_ascii=False), a.content, a.collection, a.type, a.category,
+             a.source, a.checksum, a.importance, iso(a.last_accessed), a.device_id,
+             bytes(a.embedding) if a.embedding is not None else None, a.embedding_model, iso(a.restored_at))
+            for a in ArchivedMemory.objects.order_by("id").iterator(chunk_size=CHUNK)
         ),
     }
 
@@ -444,7 +459,8 @@ def _memory_from(row: sqlite3.Row, now: datetime, model_id: str | None) -> Memor
 def _clear_store() -> None:
     from search.fulltext import clear_all
 
-    for model in (Memory, MemoryRevision, AuditLog, Collection, CategoryRevision, Category, BootstrapSession):
+    for model in (Memory, MemoryRevision, AuditLog, Collection, CategoryRevision, Category, BootstrapSession,
+                  ArchivedMemory):
         model.objects.all().delete()
     clear_all()
 
@@ -513,6 +529,30 @@ def _restore_others(db: sqlite3.Connection, now: datetime) -> None:
         BootstrapSession(namespace=r["namespace"], section_number=r["section_number"], status=r["status"],
                          memory_ids=_json_list(r["memory_ids"]))
         for r in _rows(db, "bootstrap_sessions")
+    )
+    ArchivedMemory.objects.bulk_create((_archived_from(r, now) for r in _rows(db, "memory_archive")), batch_size=CHUNK)
+
+
+def _archived_from(row: sqlite3.Row, now: datetime) -> ArchivedMemory:
+    """Ours carry everything; the original's rows only a summary, which becomes the content."""
+    from memories.normalize import checksum
+
+    summary = str(_get(row, "summary", ""))
+    content = str(_get(row, "content", summary))
+    embedding = _get(row, "embedding")
+    return ArchivedMemory(
+        memory_id=_uuid_or_none(row["memory_id"]) or uuid.uuid4(), namespace=str(row["namespace"])[:200],
+        collection=str(_get(row, "collection", "general"))[:100],
+        type=_choice(_get(row, "type"), MemoryType.values, MemoryType.SEMANTIC), category=_get(row, "category"),
+        content=content, summary=summary[:120], tags=[t for t in _json_list(_get(row, "tags", "[]")) if isinstance(t, str)],
+        source=_choice(_get(row, "source"), ("cli", "api", "agent", "import"), "import"),
+        checksum=str(_get(row, "checksum", checksum(content))), importance=min(1.0, max(0.0, float(_get(row, "importance", 0.5)))),
+        tier=_choice(_get(row, "tier"), RetentionTier.values, RetentionTier.T2),
+        access_count=max(0, int(_get(row, "access_count", 0))), last_accessed=_when(_get(row, "last_accessed")),
+        device_id=_get(row, "device_id"), embedding=bytes(embedding) if embedding is not None else None,
+        embedding_model=_get(row, "embedding_model", "") if embedding is not None else "",
+        created_at=_when(_get(row, "created_at"), now), expired_at=_when(_get(row, "expired_at"), now),
+        restored_at=_when(_get(row, "restored_at")),
     )
 
 

@@ -192,7 +192,7 @@ def _record_vector_change(memory: Memory, op: str) -> int:
     return VectorChange.objects.create(memory_id=memory.id, op=op).pk
 
 
-def _after_commit_index(memory: Memory, change_id: int | None = None) -> None:
+def index_after_commit(memory: Memory, change_id: int | None = None) -> None:
     """Update this process's index after commit; a failure leaves vector_synced=false."""
 
     def sync() -> None:
@@ -237,7 +237,7 @@ def _insert(prep: _Prepared, actor: str, now: datetime) -> Memory:
     fulltext.index_memory(memory)
     _audit(memory, "ADD", actor, now, {"tier": tier, "collection": data.collection, "source": data.source})
     change_id = _record_vector_change(memory, VectorChange.Op.UPSERT)  # the feed also drives the text index
-    _after_commit_index(memory, change_id)
+    index_after_commit(memory, change_id)
     return memory
 
 
@@ -277,7 +277,7 @@ def _update(target: Memory, prep: _Prepared, actor: str, now: datetime) -> Memor
     target.save()
     fulltext.index_memory(target)
     _audit(target, "UPDATE", actor, now, {"previous": previous, "tier": tier, "tags_dropped": dropped})
-    _after_commit_index(target, _record_vector_change(target, VectorChange.Op.UPSERT))
+    index_after_commit(target, _record_vector_change(target, VectorChange.Op.UPSERT))
     return target
 
 
@@ -383,7 +383,7 @@ def memories_vector_sync(*, limit: int = 500) -> dict[str, int]:
         with transaction.atomic():
             memory.vector_synced = True
             memory.save(update_fields=["embedding", "embedding_model", "vector_synced"])
-            _after_commit_index(memory, _record_vector_change(memory, VectorChange.Op.UPSERT))
+            index_after_commit(memory, _record_vector_change(memory, VectorChange.Op.UPSERT))
         synced += 1
     pending = Memory.objects.filter(vector_synced=False, archived=False).count()
     return {"synced": synced, "failed": failed, "pending": pending}
@@ -481,5 +481,5 @@ def memory_edit(*, memory_id: str, changes: dict[str, Any], actor: str) -> Memor
         memory.save()
         fulltext.index_memory(memory)
         _audit(memory, "EDIT", actor, now, {"fields": sorted(changes), "before": {k: str(v)[:200] for k, v in before.items()}})
-        _after_commit_index(memory, _record_vector_change(memory, VectorChange.Op.UPSERT))
+        index_after_commit(memory, _record_vector_change(memory, VectorChange.Op.UPSERT))
     return memory

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -81,10 +82,15 @@ def fit_projection(vectors: np.ndarray, dims: int, fitted_rows: int) -> Projecti
 
 
 RELOAD_AFTER_CHANGES = 5_000  # a bigger burst is cheaper to reload than to fetch id by id
+FEED_KEEP_DAYS = 7  # the retention cleanup prunes older change-feed rows
+RELOAD_AFTER_IDLE = (FEED_KEEP_DAYS - 1) * 86_400.0  # seconds without catching up: rows may be gone
 
 
-def needs_reload(changes: list[tuple[int, object, str]]) -> bool:
-    """A store-wide reset in the feed, or too many changed rows to fetch by id."""
+def needs_reload(changes: list[tuple[int, object, str]], caught_up_at: float) -> bool:
+    """A store-wide reset in the feed, too many changed rows to fetch by id, or a reader idle
+    for so long that feed rows it never saw may have been pruned."""
+    if time.monotonic() - caught_up_at > RELOAD_AFTER_IDLE:
+        return True
     return len(changes) > RELOAD_AFTER_CHANGES or any(op == VectorChange.Op.RESET for _, _, op in changes)
 
 
@@ -101,6 +107,7 @@ class EmbeddedVectorIndex:
         self._last_change = 0
         self._applied: set[int] = set()  # change ids this process already applied itself
         self._projection: Projection | None = None
+        self._caught_up_at = time.monotonic()
         self._sketch_dims = dimensions // SKETCH_RATIO
         self._reset_arrays()
 
@@ -173,6 +180,7 @@ class EmbeddedVectorIndex:
 
     def _load(self) -> None:
         self._last_change = VectorChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        self._caught_up_at = time.monotonic()
         rows = Memory.objects.filter(archived=False, embedding_model=self.model_id, embedding__isnull=False)
         fields = ("id", "namespace", "collection", "expires_at", "decay_eligible", "embedding")
         self._reserve(rows.count())
@@ -203,9 +211,10 @@ class EmbeddedVectorIndex:
         changes = list(
             VectorChange.objects.filter(id__gt=self._last_change).order_by("id").values_list("id", "memory_id", "op")
         )
+        caught_up_at, self._caught_up_at = self._caught_up_at, time.monotonic()
         if not changes:
             return
-        if needs_reload(changes):
+        if needs_reload(changes, caught_up_at):
             self._reset_arrays()
             self._applied.clear()
             self._projection = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import uuid
 from array import array
 from datetime import datetime
@@ -46,6 +47,7 @@ class TextIndex:
         self._lock = threading.RLock()
         self._loaded = False
         self._last_change = 0
+        self._caught_up_at = time.monotonic()
         self._reset()
 
     def _reset(self) -> None:
@@ -105,6 +107,7 @@ class TextIndex:
     def _load(self) -> None:
         self._reset()
         self._last_change = VectorChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        self._caught_up_at = time.monotonic()
         with connection.cursor() as cursor:
             cursor.execute(_SELECT[connection.vendor][0], [False])
             self._ingest(_typed(cursor.fetchall()))
@@ -117,9 +120,10 @@ class TextIndex:
         changes = list(
             VectorChange.objects.filter(id__gt=self._last_change).order_by("id").values_list("id", "memory_id", "op")
         )
+        caught_up_at, self._caught_up_at = self._caught_up_at, time.monotonic()
         if not changes:
             return
-        if needs_reload(changes):
+        if needs_reload(changes, caught_up_at):
             self._load()
             return
         self._last_change = changes[-1][0]

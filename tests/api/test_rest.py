@@ -117,4 +117,4 @@ def test_schemathesis_finds_no_server_error(api: LiveServer) -> None:
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "Tested: 19" in proc.stdout and " passed" in proc.stdout and "Rate limited" not in proc.stdout
+    assert "Tested: 21" in proc.stdout and " passed" in proc.stdout and "Rate limited" not in proc.stdout

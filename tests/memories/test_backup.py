@@ -19,6 +19,7 @@ from memories import backup
 from memories.models import AuditLog, BackupRecord, Memory, MemoryRevision
 from memories.services import memories_vector_sync, memory_forget
 from memories.vector_index import EmbeddedVectorIndex
+from retention.models import ArchivedMemory
 from search.selectors import memories_search
 from tests.conftest import remember
 
@@ -195,6 +196,8 @@ def _original_backup(path: Path) -> None:
     db.executemany(f"INSERT INTO memories VALUES ({', '.join('?' * 25)})", rows)
     db.execute("INSERT INTO categories VALUES ('coding', 'coding-requirements', 'Type hints everywhere', 3, '2026-01-01T00:00:00Z')")
     db.execute("INSERT INTO audit_log VALUES (1, '2026-01-01T10:00:00Z', 'global', 'ADD', ?, 'claude', '{}')", [rows[0][0]])
+    db.execute("INSERT INTO memory_archive VALUES (1, '7f1c1d6e-0000-4000-8000-000000000009', 'Old on-call rota: weekly',"
+               " 'T3', 'global', '2025-01-01T00:00:00Z', '2025-03-01T02:00:00Z', 2, '[\"oncall\"]')")
     db.commit()
     db.close()
     body = db_path.read_bytes()
@@ -216,6 +219,8 @@ def test_a_backup_of_the_original_bhgbrain_restores(hash_embedder) -> None:
     assert memory.device_id == "laptop-a" and memory.embedding is None and memory.vector_synced is False
     assert Category.objects.get(name="coding").namespace == "global" and Category.objects.get(name="coding").revision == 3
     assert _search("Kong gateway") == [str(memory.id)]  # full-text works before any vector exists
+    archived = ArchivedMemory.objects.get()  # the original archived only a summary: it becomes the content
+    assert archived.content == "Old on-call rota: weekly" and archived.tags == ["oncall"] and archived.tier == "T3"
     assert memories_vector_sync()["synced"] == 1
     assert _search("Kong gateway", mode="semantic")[0] == str(memory.id)
 

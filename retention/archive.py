@@ -1,0 +1,111 @@
+"""The archive: list, search and restore memories the retention cleanup removed.
+
+A restore is lossless: the memory comes back with its id, content, tags, type, importance,
+collection, category, device and creation time (its vector too when the model is unchanged),
+as a T2 memory with a fresh expiry (the seed's rule; ``tier`` chooses another).
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
+from memories import tiers
+from memories.embeddings import get_embedder, to_bytes
+from memories.models import AuditLog, Memory, Operation, VectorChange
+from memories.selectors import iso
+from memories.services import index_after_commit
+from retention.models import ArchivedMemory
+from search import fulltext
+from search.text import analyze_query
+
+
+def archived_to_dict(item: ArchivedMemory) -> dict[str, Any]:
+    return {
+        "id": str(item.memory_id), "namespace": item.namespace, "collection": item.collection, "type": item.type,
+        "category": item.category, "summary": item.summary, "content": item.content, "tags": item.tags,
+        "importance": item.importance, "tier": item.tier, "access_count": item.access_count,
+        "device_id": item.device_id, "created_at": iso(item.created_at), "expired_at": iso(item.expired_at),
+        "restored_at": iso(item.restored_at),
+    }
+
+
+def archive_entries(*, namespace: str, query: str | None = None, limit: int = 20,
+                    include_restored: bool = False) -> list[dict[str, Any]]:
+    """Newest first; with ``query``, entries matching most of its words first."""
+    rows = ArchivedMemory.objects.filter(namespace=namespace)
+    if not include_restored:
+        rows = rows.filter(restored_at__isnull=True)
+    if not query:
+        return [archived_to_dict(a) for a in rows.order_by("-expired_at", "-id")[:limit]]
+    terms = [t for t in dict.fromkeys(analyze_query(query)) if len(t) > 1] or [query.strip().lower()]
+    match = Q()
+    for term in terms:
+        match |= Q(content__icontains=term) | Q(summary__icontains=term) | Q(tags__icontains=term)
+    found = list(rows.filter(match).order_by("-expired_at", "-id")[:500])
+
+    def hits(item: ArchivedMemory) -> int:
+        haystack = f"{item.content} {item.summary} {' '.join(item.tags)}".lower()
+        return sum(term in haystack for term in terms)
+
+    found.sort(key=hits, reverse=True)  # stable: equally good matches stay newest first
+    return [archived_to_dict(a) for a in found[:limit]]
+
+
+def _vector_for(item: ArchivedMemory) -> tuple[bytes | None, str, bool]:
+    embedder = get_embedder()
+    if embedder is None:
+        return item.embedding, item.embedding_model, False
+    if item.embedding is not None and item.embedding_model == embedder.model_id:
+        return bytes(item.embedding), item.embedding_model, True
+    try:
+        return to_bytes(embedder.embed_passage(item.content)), embedder.model_id, True
+    except EmbeddingUnavailable:
+        return item.embedding, item.embedding_model, False  # the scheduled vector_sync embeds it later
+
+
+def archive_restore(*, memory_id: str, namespace: str, actor: str, tier: str = "T2") -> dict[str, Any]:
+    """Bring an archived memory back as a live one (same id), refusing to create a duplicate."""
+    if tier not in ("T0", "T1", "T2", "T3"):
+        raise InvalidInput("Invalid input: tier must be T0, T1, T2 or T3")
+    try:
+        pk = uuid.UUID(memory_id)
+    except ValueError:
+        raise InvalidInput("Invalid input: id must be a UUID") from None
+    item = (ArchivedMemory.objects.filter(memory_id=pk, namespace=namespace, restored_at__isnull=True)
+            .order_by("-expired_at").first())
+    if item is None:
+        raise NotFound(f"No archived memory {pk} in namespace {namespace}")
+    embedding, model, synced = _vector_for(item)  # outside the transaction: embedding is slow
+    now = timezone.now()
+    meta = tiers.tier_metadata(tier, anchor=now, ttl=settings.BHGBRAIN.retention.tier_ttl)
+    with transaction.atomic():
+        duplicate = Memory.objects.filter(namespace=namespace, checksum=item.checksum, archived=False).first()
+        if duplicate is not None:
+            raise Conflict(f"A live memory with the same content exists: {duplicate.id}")
+        if Memory.objects.filter(pk=pk).exists():
+            raise Conflict(f"Memory {pk} exists already")
+        memory = Memory.objects.create(
+            id=pk, namespace=item.namespace, collection=item.collection, type=item.type, category=item.category,
+            content=item.content, summary=item.summary, tags=item.tags, source=item.source, checksum=item.checksum,
+            importance=item.importance, retention_tier=tier, expires_at=meta.expires_at,
+            decay_eligible=meta.decay_eligible, review_due=meta.review_due, access_count=item.access_count,
+            last_accessed=item.last_accessed, last_operation=Operation.ADD, device_id=item.device_id,
+            embedding=embedding, embedding_model=model, vector_synced=synced, created_at=item.created_at,
+            updated_at=now,
+        )
+        fulltext.index_memory(memory)
+        change = VectorChange.objects.create(memory_id=memory.id, op=VectorChange.Op.UPSERT)
+        AuditLog.objects.create(
+            timestamp=now, namespace=namespace, operation="RESTORE_ARCHIVE", memory_id=memory.id, client_id=actor,
+            details={"tier": tier, "archived_tier": item.tier, "expired_at": iso(item.expired_at)},
+        )
+        ArchivedMemory.objects.filter(pk=item.pk).update(restored_at=now)
+        index_after_commit(memory, change.pk)
+    return {"restored": True, "id": str(pk), "namespace": namespace, "retention_tier": tier,
+            "expires_at": iso(meta.expires_at), "vector_synced": synced}

@@ -1,0 +1,123 @@
+"""The retention cleanup (``bhgbrain gc``, scheduled on ``retention.cleanup_schedule``).
+
+1. Expired memories (decay-eligible, ``expires_at`` < now; T0 never is) are archived whole
+   (``retention.archive_before_delete``) and deleted, with their full-text rows, a DELETE in
+   the vector change feed and a ``FORGET`` audit row by ``system``: in batches, each batch one
+   transaction that re-checks the expiry under a row lock, so a memory whose sliding window
+   was just extended by a search is never removed.
+2. ``consolidate`` (``bhgbrain gc --consolidate``): memories not accessed for
+   ``retention.decay_after_days`` with importance < 0.5 and no category are marked stale and
+   expire now, so the next cleanup archives them.
+3. Change-feed rows older than ``FEED_KEEP_DAYS`` are pruned (an index that has not caught up
+   for that long reloads instead of replaying: memories/vector_index.py).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from memories.models import AuditLog, Memory, VectorChange
+from memories.vector_index import FEED_KEEP_DAYS
+from retention.models import ArchivedMemory
+from search import fulltext
+
+logger = logging.getLogger("bhgbrain.retention")
+
+BATCH = 500
+ACTOR = "system"
+
+
+@dataclass
+class CleanupReport:
+    expired: int = 0
+    archived: int = 0
+    deleted: int = 0
+    consolidated: int = 0
+    feed_rows_pruned: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _expired(now: datetime) -> Q:
+    return Q(decay_eligible=True, expires_at__lt=now)
+
+
+def _archive(memory: Memory, now: datetime) -> ArchivedMemory:
+    return ArchivedMemory(
+        memory_id=memory.id, namespace=memory.namespace, collection=memory.collection, type=memory.type,
+        category=memory.category, content=memory.content, summary=memory.summary, tags=memory.tags,
+        source=memory.source, checksum=memory.checksum, importance=memory.importance, tier=memory.retention_tier,
+        access_count=memory.access_count, last_accessed=memory.last_accessed, device_id=memory.device_id,
+        embedding=memory.embedding, embedding_model=memory.embedding_model, created_at=memory.created_at,
+        expired_at=now,
+    )
+
+
+def _remove_batch(now: datetime, archive: bool) -> tuple[int, int]:
+    """One transaction: lock up to BATCH still-expired rows, archive them, delete them."""
+    with transaction.atomic():
+        batch = list(Memory.objects.select_for_update().filter(_expired(now)).order_by("expires_at", "id")[:BATCH])
+        if not batch:
+            return 0, 0
+        if archive:
+            ArchivedMemory.objects.bulk_create([_archive(m, now) for m in batch])
+        AuditLog.objects.bulk_create(
+            AuditLog(timestamp=now, namespace=m.namespace, operation="FORGET", memory_id=m.id, client_id=ACTOR,
+                     details={"reason": "expired", "tier": m.retention_tier, "summary": m.summary, "archived": archive})
+            for m in batch
+        )
+        VectorChange.objects.bulk_create(VectorChange(memory_id=m.id, op=VectorChange.Op.DELETE) for m in batch)
+        for memory in batch:
+            fulltext.remove_memory(memory.id)
+        Memory.objects.filter(id__in=[m.id for m in batch]).delete()
+    return len(batch), len(batch) if archive else 0
+
+
+def memories_consolidate(*, now: datetime | None = None) -> int:
+    """Mark long-unused, unimportant, uncategorised memories stale and due now."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=settings.BHGBRAIN.retention.decay_after_days)
+    unused = Q(last_accessed__lt=cutoff) | Q(last_accessed__isnull=True, created_at__lt=cutoff)
+    candidates = Memory.objects.filter(unused, decay_eligible=True, archived=False, stale=False,
+                                       importance__lt=0.5, category__isnull=True)
+    with transaction.atomic():
+        ids = list(candidates.select_for_update().values_list("id", flat=True))
+        Memory.objects.filter(id__in=ids).update(stale=True, expires_at=now - timedelta(milliseconds=1), updated_at=now)
+        AuditLog.objects.bulk_create(
+            AuditLog(timestamp=now, namespace=ns, operation="STALE", memory_id=mid, client_id=ACTOR,
+                     details={"reason": f"not accessed for {settings.BHGBRAIN.retention.decay_after_days} days"})
+            for mid, ns in Memory.objects.filter(id__in=ids).values_list("id", "namespace")
+        )
+        VectorChange.objects.bulk_create(VectorChange(memory_id=mid, op=VectorChange.Op.UPSERT) for mid in ids)
+    return len(ids)
+
+
+def feed_prune(*, now: datetime | None = None) -> int:
+    now = now or timezone.now()
+    deleted, _ = VectorChange.objects.filter(created_at__lt=now - timedelta(days=FEED_KEEP_DAYS)).delete()
+    return deleted
+
+
+def retention_cleanup(*, consolidate: bool = False, now: datetime | None = None) -> CleanupReport:
+    """The cleanup cycle; ``consolidate`` first marks stale memories so they go in this cycle."""
+    report, now = CleanupReport(), now or timezone.now()
+    if consolidate:
+        report.consolidated = memories_consolidate(now=now)
+    archive = settings.BHGBRAIN.retention.archive_before_delete
+    while True:
+        removed, archived = _remove_batch(now, archive)
+        if not removed:
+            break
+        report.expired += removed
+        report.deleted += removed
+        report.archived += archived
+    report.feed_rows_pruned = feed_prune(now=now)
+    logger.info("retention cleanup: %s", report.as_dict())
+    return report

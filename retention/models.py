@@ -1,0 +1,38 @@
+"""The archive: memories the retention cleanup removed, kept whole so a restore loses nothing."""
+from __future__ import annotations
+
+from django.db import models
+
+
+class ArchivedMemory(models.Model):
+    """Everything of a deleted memory (the original kept only a 120-character summary)."""
+
+    memory_id = models.UUIDField(db_index=True)
+    namespace = models.CharField(max_length=200)
+    collection = models.CharField(max_length=100)
+    type = models.CharField(max_length=16)
+    category = models.CharField(max_length=100, null=True, blank=True)
+    content = models.TextField()
+    summary = models.CharField(max_length=120)
+    tags = models.JSONField(default=list, blank=True)
+    source = models.CharField(max_length=16)
+    checksum = models.CharField(max_length=64)
+    importance = models.FloatField(default=0.5)
+    tier = models.CharField(max_length=2)  # the tier it had when it expired
+    access_count = models.PositiveIntegerField(default=0)
+    last_accessed = models.DateTimeField(null=True, blank=True)
+    device_id = models.CharField(max_length=64, null=True, blank=True)
+    embedding = models.BinaryField(null=True, blank=True, editable=False)
+    embedding_model = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField()  # the memory's own creation time
+    expired_at = models.DateTimeField()  # when the cleanup removed it
+    restored_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "memory_archive"
+        indexes = [models.Index(fields=["namespace", "restored_at", "expired_at"], name="idx_archive_listing")]
+        verbose_name = "archived memory"
+        verbose_name_plural = "archived memories"
+
+    def __str__(self) -> str:
+        return f"{self.namespace}: {self.summary}"
