@@ -174,7 +174,7 @@ class PipelineConfig(_Strict):
 
 class BHGBrainConfig(_Strict):
     data_dir: str | None = None
-    vector_index: Literal["embedded"] = "embedded"  # "qdrant" arrives with its backend
+    vector_index: Literal["embedded", "qdrant"] = "embedded"
     device: DeviceConfig = Field(default_factory=DeviceConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     qdrant: QdrantConfig = Field(default_factory=QdrantConfig)

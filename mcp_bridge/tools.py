@@ -265,3 +265,20 @@ def backup(params: BackupParams, ctx: CallContext) -> dict[str, Any]:
         return {"backups": [info.as_dict() for info in backup_service.backups_list()]}
     assert params.path is not None
     return backup_service.backup_restore(path=params.path, actor=ctx.actor)
+
+
+class RepairParams(_Input):
+    dry_run: bool = False
+    device_id: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+@tool("repair", RepairParams, writes=lambda p: not p.dry_run, whole_store=True)
+def repair(params: RepairParams, ctx: CallContext) -> dict[str, Any]:
+    """Rebuild this device's store from a shared Qdrant (vector_index "qdrant"; master token).
+    Every bhgbrain_* collection is scanned; memories missing here whose point carries content
+    are inserted with their metadata, expiry, device id and vector. dry_run reports only;
+    device_id limits recovery to memories one device created. Returns collections_scanned,
+    points_scanned, already_in_sqlite, skipped_no_content, recovered, errors."""
+    from memories.repair import repair_from_index
+
+    return repair_from_index(dry_run=params.dry_run, device_id=params.device_id, actor=ctx.actor).as_dict()

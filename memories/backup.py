@@ -41,6 +41,7 @@ from memories.models import (
     Operation, RetentionTier, VectorChange,
 )
 from memories.selectors import iso
+from memories.vector_index import sync_after_commit
 from retention.models import ArchivedMemory
 
 FORMAT_VERSION = 1
@@ -587,10 +588,17 @@ def backup_restore(*, path: str, actor: str, allow_any_path: bool = False) -> di
             previous = backup_create(actor=actor, label="pre-restore")
             now = timezone.now()
             with transaction.atomic():
+                before = set(Memory.objects.values_list("id", flat=True))
                 _clear_store()
                 restored, skipped = _restore_memories(db, now)
                 _restore_others(db, now)
+                # DELETE rows only for memories this store had and the backup lacks (a shared Qdrant
+                # keeps other devices' points), then a reset: every index reloads / re-upserts.
+                removed = before - set(Memory.objects.values_list("id", flat=True))
+                VectorChange.objects.bulk_create(
+                    (VectorChange(memory_id=m, op=VectorChange.Op.DELETE) for m in removed), batch_size=CHUNK)
                 VectorChange.objects.create(memory_id=uuid.UUID(int=0), op=VectorChange.Op.RESET)
+                sync_after_commit()
                 AuditLog.objects.create(
                     timestamp=now, namespace="*", operation="RESTORE", client_id=actor,
                     details={"path": str(source), "memory_count": restored, "duplicates_skipped": skipped,

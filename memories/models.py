@@ -170,6 +170,17 @@ class VectorChange(models.Model):
         db_table = "vector_changes"
 
 
+class VectorIndexCursor(models.Model):
+    """How far an external vector index (Qdrant) has applied the change feed."""
+
+    name = models.CharField(max_length=300, primary_key=True)
+    last_change = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "vector_index_cursors"
+
+
 class BootstrapSession(models.Model):
     """Progress of the guided profile interview (the bootstrap tool), per namespace and section."""
 

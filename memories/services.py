@@ -11,16 +11,16 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
 from memories import normalize, tiers
 from memories.dedup import Relation, compare, tier_thresholds
-from memories.embeddings import Embedder, calibrate, get_embedder, to_bytes
+from memories.embeddings import Embedder, calibrate, from_bytes, get_embedder, to_bytes
 from memories.models import AuditLog, Collection, Memory, MemoryRevision, Operation, VectorChange
 from memories.selectors import iso
-from memories.vector_index import get_vector_index
+from memories.vector_index import VectorHit, get_vector_index, sync_after_commit
 from search import fulltext
 
 logger = logging.getLogger("bhgbrain.memories")
@@ -146,6 +146,26 @@ def _prepare(data: RememberInput) -> _Prepared:
     )
 
 
+def _stored_vector_search(prep: _Prepared, now: datetime) -> list[VectorHit]:
+    """Exact cosine over the collection's vectors as stored in the database (the index is down)."""
+    assert prep.vector is not None and prep.embedder is not None
+    live = Q(decay_eligible=False) | Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+    rows = (Memory.objects.filter(live, namespace=prep.data.namespace, collection=prep.data.collection, archived=False,
+                                  embedding_model=prep.embedder.model_id, embedding__isnull=False)
+            .values_list("id", "embedding"))
+    ids, vectors = [], []
+    for memory_id, blob in rows.iterator(chunk_size=2000):
+        vector = from_bytes(blob)
+        if vector.shape == prep.vector.shape:
+            ids.append(str(memory_id))
+            vectors.append(vector)
+    if not vectors:
+        return []
+    scores = np.vstack(vectors) @ prep.vector
+    best = np.argsort(-scores)[:DEDUP_CANDIDATES]
+    return [VectorHit(ids[i], float(scores[i])) for i in best]
+
+
 def _find_semantic_match(prep: _Prepared, now: datetime) -> tuple[Memory, str] | None:
     """Top-10 of the collection; the best candidate past its tier's threshold decides.
 
@@ -156,10 +176,14 @@ def _find_semantic_match(prep: _Prepared, now: datetime) -> tuple[Memory, str] |
     index = get_vector_index()
     if prep.vector is None or prep.embedder is None or index is None:
         return None
-    hits = index.search(
-        prep.vector, namespace=prep.data.namespace, collection=prep.data.collection,
-        limit=DEDUP_CANDIDATES, now=now,
-    )
+    try:
+        hits = index.search(
+            prep.vector, namespace=prep.data.namespace, collection=prep.data.collection,
+            limit=DEDUP_CANDIDATES, now=now,
+        )
+    except Exception:  # noqa: BLE001 - an index outage must not switch dedup off: scan the stored vectors
+        logger.warning("vector index unavailable for dedup; scanning the collection's stored vectors instead")
+        hits = _stored_vector_search(prep, now)
     if not hits:
         return None
     found = Memory.objects.defer("embedding").in_bulk([h.memory_id for h in hits])
@@ -359,8 +383,12 @@ def memory_forget(*, memory_id: str, namespace: str | None, actor: str) -> dict[
 
         def drop() -> None:
             index = get_vector_index()
-            if index is not None:
+            if index is None:
+                return
+            try:
                 index.delete(str(pk))
+            except Exception:  # noqa: BLE001 - the feed keeps the DELETE; the scheduled vector_sync retries
+                logger.exception("vector index delete failed for %s; retried from the change feed", pk)
 
         transaction.on_commit(drop)
     return {"deleted": True, "id": str(pk)}
@@ -407,6 +435,7 @@ def memory_tag(*, memory_id: str, add: list[str], remove: list[str], namespace: 
             fulltext.index_memory(memory)
             _audit(memory, "TAG", actor, memory.updated_at, {"before": before, "after": tags})
             _record_vector_change(memory, VectorChange.Op.UPSERT)
+            sync_after_commit()  # the tags reach an external index's payload (Qdrant)
     return {"id": str(memory.id), "tags": tags}
 
 
@@ -436,6 +465,7 @@ def collection_delete(*, namespace: str, name: str, force: bool, actor: str) -> 
         Memory.objects.filter(namespace=namespace, collection=name).delete()
         if collection is not None:
             collection.delete()
+        sync_after_commit()
         AuditLog.objects.create(
             timestamp=now, namespace=namespace, operation="COLLECTION_DELETE", client_id=actor,
             details={"name": name, "deleted_memory_count": count},

@@ -5,5 +5,11 @@ from memories.services import memories_vector_sync
 
 
 def vector_sync() -> dict[str, int]:
-    """Scheduled retry of vector indexing for rows with vector_synced=false."""
-    return memories_vector_sync()
+    """Scheduled retry: embed rows with vector_synced=false, then push the change feed to the index
+    (an external index such as Qdrant catches up after an outage)."""
+    from memories.vector_index import get_vector_index
+
+    result = memories_vector_sync()
+    index = get_vector_index()
+    result["feed_rows_applied"] = index.sync() if index is not None else 0
+    return result

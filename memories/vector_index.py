@@ -21,12 +21,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+import logging
+
 import numpy as np
 
 from memories.embeddings import from_bytes
 from memories.models import Memory, VectorChange
 
 _INF = math.inf
+logger = logging.getLogger("bhgbrain.vector_index")
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class VectorIndex(Protocol):
     ) -> list[VectorHit]: ...
 
     def health(self) -> tuple[str, str]: ...
+
+    def sync(self) -> int: ...
 
 
 SKETCH_MIN_ROWS = 20_000  # below this many candidates the exact scan takes a few ms anyway
@@ -307,6 +312,13 @@ class EmbeddedVectorIndex:
         self._projection, self._sketch = projection, sketch
         return True
 
+    def sync(self) -> int:
+        """Replay the change feed now (searches do it anyway)."""
+        with self._lock:
+            if self._loaded:
+                self._catch_up()
+        return 0
+
     def _high_water(self) -> int:
         """Every row ever used is below this index (freed rows are masked out by ns = -1)."""
         return self._top
@@ -337,11 +349,43 @@ def get_vector_index() -> VectorIndex | None:
     with _index_lock:
         stale = _index is None or getattr(_index, "model_id", None) != embedder.model_id
         if stale:
-            _index = EmbeddedVectorIndex(embedder.model_id, embedder.dimensions)
+            _index = _build(embedder.model_id, embedder.dimensions)
         return _index
+
+
+def _build(model_id: str, dimensions: int) -> VectorIndex:
+    from django.conf import settings
+
+    config = settings.BHGBRAIN
+    if config.vector_index == "qdrant":
+        from memories.qdrant_index import QdrantVectorIndex
+
+        return QdrantVectorIndex(config.qdrant, model_id, dimensions)
+    return EmbeddedVectorIndex(model_id, dimensions)
+
+
+def sync_after_commit() -> None:
+    """After the current transaction commits, bring the index up to date with the change feed
+    (for writers that record changes without calling the index: access tracking, cleanup, restore)."""
+    from django.db import transaction
+
+    transaction.on_commit(sync_now)
+
+
+def sync_now() -> None:
+    index = get_vector_index()
+    if index is None:
+        return
+    try:
+        index.sync()
+    except Exception:  # noqa: BLE001 - the feed keeps the change; the scheduled vector_sync retries
+        logger.exception("vector index sync failed; retried by the scheduled vector_sync")
 
 
 def reset_vector_index() -> None:
     global _index
     with _index_lock:
+        close = getattr(_index, "close", None)
+        if close is not None:
+            close()  # Qdrant's local mode holds a lock on its folder
         _index = None

@@ -22,8 +22,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from memories.models import AuditLog, Memory, VectorChange
-from memories.vector_index import FEED_KEEP_DAYS
+from memories.models import AuditLog, Memory, VectorChange, VectorIndexCursor
+from memories.vector_index import FEED_KEEP_DAYS, sync_after_commit
 from retention.models import ArchivedMemory
 from search import fulltext
 
@@ -77,6 +77,7 @@ def _remove_batch(now: datetime, archive: bool) -> tuple[int, int]:
         for memory in batch:
             fulltext.remove_memory(memory.id)
         Memory.objects.filter(id__in=[m.id for m in batch]).delete()
+        sync_after_commit()
     return len(batch), len(batch) if archive else 0
 
 
@@ -96,12 +97,18 @@ def memories_consolidate(*, now: datetime | None = None) -> int:
             for mid, ns in Memory.objects.filter(id__in=ids).values_list("id", "namespace")
         )
         VectorChange.objects.bulk_create(VectorChange(memory_id=mid, op=VectorChange.Op.UPSERT) for mid in ids)
+        sync_after_commit()
     return len(ids)
 
 
 def feed_prune(*, now: datetime | None = None) -> int:
+    """Old feed rows go, but never one an external index (Qdrant) has not applied yet."""
     now = now or timezone.now()
-    deleted, _ = VectorChange.objects.filter(created_at__lt=now - timedelta(days=FEED_KEEP_DAYS)).delete()
+    old = VectorChange.objects.filter(created_at__lt=now - timedelta(days=FEED_KEEP_DAYS))
+    behind = VectorIndexCursor.objects.order_by("last_change").values_list("last_change", flat=True).first()
+    if behind is not None:
+        old = old.filter(id__lte=behind)
+    deleted, _ = old.delete()
     return deleted
 
 

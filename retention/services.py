@@ -135,6 +135,10 @@ class AccessTracker:
                     break
                 if outcome:
                     outcomes.append(outcome)
+            if outcomes:
+                from memories.vector_index import sync_now
+
+                sync_now()  # expiry and tier changes reach an external index's payload (Qdrant)
             return outcomes
 
     def _ensure_thread(self) -> None:

@@ -100,7 +100,7 @@ def test_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         ({"security": {"rate_limit_rpm": "fast"}}, "security.rate_limit_rpm"),
         ({"observability": {"log_level": "verbose"}}, "observability.log_level"),
         ({"device": {"id": "has space"}}, "device.id"),
-        ({"vector_index": "qdrant"}, "vector_index"),
+        ({"vector_index": "faiss"}, "vector_index"),
         ({"retention": {"unknown_key": 1}}, "retention.unknown_key"),
         ({"surprise": True}, "surprise"),
     ],

@@ -18,7 +18,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.live_server import LiveServer, server_env
 
-TOOLS = {"remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import", "backup"}
+TOOLS = {"remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import", "backup", "repair"}
 RESOURCES = {"memory://list", "memory://inject", "category://list", "collection://list", "health://status"}
 TEMPLATES = {"memory://{id}", "category://{name}", "collection://{name}"}
 
@@ -67,6 +67,7 @@ async def _exercise(session: ClientSession) -> dict[str, Any]:
     seen["bad_input"] = await call("remember", {"content": "x", "surprise": True})
     seen["secret"] = await call("remember", {"content": "key sk-" + "a" * 30})
     seen["unknown_tool"] = await call("teleport", {})
+    seen["repair"] = await call("repair", {"dry_run": True})  # the embedded index has nothing to repair from
     seen["forget"] = (await call("forget", {"id": memory_id, **ns})).structured_content
     seen["forget_again"] = await call("forget", {"id": memory_id, **ns})
     seen["restore"] = (await call("backup", {"action": "restore", "path": seen["backup"]["path"]})).structured_content
@@ -101,7 +102,7 @@ def _check(seen: dict[str, Any]) -> None:
     assert seen["category"]["content"] == "All remote access goes through the VPN"
     assert seen["collection"]["items"][0]["id"] == seen["memory_id"]
     assert seen["bad_limit"]["error"]["code"] == "INVALID_INPUT"
-    for key, code in (("bad_input", "INVALID_INPUT"), ("secret", "INVALID_INPUT"), ("unknown_tool", "NOT_FOUND"), ("forget_again", "NOT_FOUND")):
+    for key, code in (("bad_input", "INVALID_INPUT"), ("secret", "INVALID_INPUT"), ("unknown_tool", "NOT_FOUND"), ("repair", "INVALID_INPUT"), ("forget_again", "NOT_FOUND")):
         result = seen[key]
         assert result.is_error is True, key
         assert result.structured_content["error"]["code"] == code, key

@@ -1,0 +1,263 @@
+"""The Qdrant vector index (``vector_index: "qdrant"``): a server, a cluster, or local mode.
+
+Layout of the original BHGBrain 1.3+, so devices and existing deployments share it: one
+Qdrant collection per namespace + collection, ``bhgbrain_{namespace}_{collection}`` (a ``/``
+in a namespace, which Qdrant refuses in names, becomes ``__``), cosine distance, point id =
+memory uuid, payload ``namespace type tags collection content summary category source
+importance retention_tier decay_eligible expires_at (Unix seconds or null) device_id
+created_at``, keyword/bool/integer payload indexes on the filter fields. Names may collide
+(``a_b`` + ``c`` and ``a`` + ``b_c``); every search also filters on the payload's namespace
+and collection, so a collision never mixes results.
+
+Writes reach Qdrant through the change feed (``vector_changes``, written in the memory's
+own transaction): :meth:`QdrantVectorIndex.sync` applies every row after this store's
+cursor (``VectorIndexCursor``) — upserting the memories that exist and are indexable,
+deleting the others — and advances the cursor. Every write calls it after commit; the
+scheduled ``vector_sync`` calls it too, so a Qdrant outage delays changes but loses none, and
+a deletion reaches Qdrant even if the process crashed right after its commit. A restore
+deletes only the points of memories this store had and the backup has not: other devices'
+points in a shared Qdrant are never touched.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import connection, transaction
+
+from bhgbrain_site.config import QdrantConfig
+from memories.embeddings import from_bytes
+from memories.models import Memory, VectorChange, VectorIndexCursor
+from memories.vector_index import VectorHit
+
+logger = logging.getLogger("bhgbrain.qdrant")
+
+PREFIX = "bhgbrain_"
+SYNC_BATCH = 1000
+LIST_TTL = 10.0  # seconds a listing of collections is reused
+
+
+def collection_name(namespace: str, collection: str) -> str:
+    return f"{PREFIX}{namespace.replace('/', '__')}_{collection}"
+
+
+def _unix(value: datetime | None) -> int | None:
+    return int(value.timestamp()) if value is not None else None
+
+
+def point_payload(memory: Memory) -> dict[str, Any]:
+    return {
+        "namespace": memory.namespace, "collection": memory.collection, "type": memory.type, "tags": list(memory.tags),
+        "content": memory.content, "summary": memory.summary, "category": memory.category, "source": memory.source,
+        "importance": memory.importance, "retention_tier": memory.retention_tier,
+        "decay_eligible": memory.decay_eligible, "expires_at": _unix(memory.expires_at) if memory.decay_eligible else None,
+        "device_id": memory.device_id, "created_at": memory.created_at.isoformat(),
+    }
+
+
+class QdrantVectorIndex:
+    def __init__(self, config: QdrantConfig, model_id: str, dimensions: int) -> None:
+        self.model_id = model_id
+        self.dimensions = dimensions
+        self._config = config
+        self._client: Any = None
+        self._lock = threading.RLock()
+        self._ensured: set[str] = set()
+        self._listing: tuple[float, list[str]] = (0.0, [])
+
+    # ------------------------------------------------------------------ connection
+
+    @property
+    def location(self) -> str:
+        if self._config.mode == "external":
+            return str(self._config.external_url)
+        return str(self._local_path())
+
+    def _local_path(self) -> Path:
+        path = Path(self._config.embedded_path).expanduser()
+        return path if path.is_absolute() else Path(settings.BHGBRAIN_DATA_DIR) / path
+
+    def client(self) -> Any:  # noqa: ANN401 - qdrant_client.QdrantClient, imported lazily
+        with self._lock:
+            if self._client is None:
+                from qdrant_client import QdrantClient
+
+                if self._config.mode == "external":
+                    key = os.environ.get(self._config.api_key_env) if self._config.api_key_env else None
+                    self._client = QdrantClient(url=self._config.external_url, api_key=key, timeout=10)
+                else:  # local mode: one process at a time may open the folder
+                    self._client = QdrantClient(path=str(self._local_path()))
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    # ------------------------------------------------------------------ collections
+
+    def _ensure(self, name: str) -> None:
+        if name in self._ensured:
+            return
+        from qdrant_client import models
+
+        client = self.client()
+        if not client.collection_exists(name):
+            client.create_collection(
+                name, vectors_config=models.VectorParams(size=self.dimensions, distance=models.Distance.COSINE)
+            )
+            for field, schema in (("namespace", models.PayloadSchemaType.KEYWORD), ("collection", models.PayloadSchemaType.KEYWORD),
+                                  ("type", models.PayloadSchemaType.KEYWORD), ("retention_tier", models.PayloadSchemaType.KEYWORD),
+                                  ("decay_eligible", models.PayloadSchemaType.BOOL), ("expires_at", models.PayloadSchemaType.INTEGER),
+                                  ("device_id", models.PayloadSchemaType.KEYWORD)):
+                with warnings.catch_warnings():  # local mode ignores payload indexes (and says so)
+                    warnings.simplefilter("ignore", UserWarning)
+                    client.create_payload_index(name, field_name=field, field_schema=schema)
+            self._listing = (0.0, [])
+        self._ensured.add(name)
+
+    def collections(self) -> list[str]:
+        """Every ``bhgbrain_*`` collection (listing cached for a few seconds)."""
+        fetched, names = self._listing
+        if time.monotonic() - fetched > LIST_TTL:
+            names = sorted(c.name for c in self.client().get_collections().collections if c.name.startswith(PREFIX))
+            self._listing = (time.monotonic(), names)
+        return names
+
+    # ------------------------------------------------------------------ writes (via the feed)
+
+    def upsert(self, memory: Memory, *, change_id: int | None = None) -> None:
+        self.sync()
+
+    def delete(self, memory_id: str) -> None:
+        self.sync()
+
+    def _indexable(self, memory: Memory) -> bool:
+        return not memory.archived and memory.embedding is not None and memory.embedding_model == self.model_id
+
+    def _push(self, memory_ids: set[uuid.UUID], reset: bool) -> None:
+        from qdrant_client import models
+
+        rows = {m.id: m for m in Memory.objects.filter(id__in=memory_ids)} if memory_ids else {}
+        if reset:  # the whole store was replaced: every memory it now holds
+            rows.update({m.id: m for m in Memory.objects.filter(archived=False, embedding__isnull=False)})
+        points: dict[str, list[Any]] = {}
+        for memory in rows.values():
+            if self._indexable(memory):
+                vector = from_bytes(memory.embedding)
+                if vector.shape[0] == self.dimensions:
+                    points.setdefault(collection_name(memory.namespace, memory.collection), []).append(
+                        models.PointStruct(id=str(memory.id), vector=vector.tolist(), payload=point_payload(memory)))
+        # Drop the old points of what changed: deleted, archived or moved memories, and upserted
+        # ones wherever they no longer belong. A live memory's points can only be in its own
+        # namespace's collections; a deleted one's namespace is unknown, so every collection.
+        gone = [str(i) for i in memory_ids if i not in rows]
+        client = self.client()
+        for name in self.collections():
+            wanted = {p.id for p in points.get(name, [])}
+            doomed = [i for i in gone if i not in wanted]
+            doomed += [str(m.id) for m in rows.values()
+                       if str(m.id) not in wanted and name.startswith(collection_name(m.namespace, ""))]
+            if doomed:
+                client.delete(name, points_selector=models.PointIdsList(points=doomed), wait=True)
+        for name, batch in points.items():
+            self._ensure(name)
+            for start in range(0, len(batch), 256):
+                client.upsert(name, points=batch[start:start + 256], wait=True)
+
+    def sync(self) -> int:
+        """Apply the change feed after this store's cursor; returns the rows applied."""
+        applied = 0
+        with self._lock, _sync_lock(self.location):
+            cursor, _ = VectorIndexCursor.objects.get_or_create(name=f"qdrant:{self.location}")
+            while True:
+                changes = list(VectorChange.objects.filter(id__gt=cursor.last_change).order_by("id")
+                               .values_list("id", "memory_id", "op")[:SYNC_BATCH])
+                if not changes:
+                    return applied
+                reset = any(op == VectorChange.Op.RESET for _, _, op in changes)
+                self._push({m for _, m, op in changes if op != VectorChange.Op.RESET}, reset)
+                cursor.last_change = changes[-1][0]
+                cursor.save(update_fields=["last_change", "updated_at"])
+                applied += len(changes)
+
+    # ------------------------------------------------------------------ reads
+
+    def search(
+        self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime
+    ) -> list[VectorHit]:
+        from qdrant_client import models
+
+        if collection is not None:
+            names = [collection_name(namespace, collection)]
+        else:
+            prefix = collection_name(namespace, "")
+            names = [n for n in self.collections() if n.startswith(prefix)]
+        must: list[Any] = [models.FieldCondition(key="namespace", match=models.MatchValue(value=namespace))]
+        if collection is not None:
+            must.append(models.FieldCondition(key="collection", match=models.MatchValue(value=collection)))
+        alive = models.Filter(should=[
+            models.FieldCondition(key="decay_eligible", match=models.MatchValue(value=False)),
+            models.FieldCondition(key="expires_at", range=models.Range(gt=int(now.timestamp()))),
+        ])
+        query_filter = models.Filter(must=[*must, alive])
+        hits: list[VectorHit] = []
+        client = self.client()
+        for name in names:
+            if not client.collection_exists(name):
+                continue
+            found = client.query_points(name, query=np.asarray(vector, dtype=np.float32).tolist(),
+                                        query_filter=query_filter, limit=limit, with_payload=False)
+            hits.extend(VectorHit(str(p.id), float(p.score)) for p in found.points)
+        hits.sort(key=lambda h: h.cosine, reverse=True)
+        return hits[:limit]
+
+    def scroll(self, name: str, batch: int = 256) -> Iterator[Any]:
+        """Every point of a collection, with payload and vector (for repair)."""
+        offset = None
+        while True:
+            points, offset = self.client().scroll(name, limit=batch, offset=offset, with_payload=True, with_vectors=True)
+            yield from points
+            if offset is None:
+                return
+
+    def health(self) -> tuple[str, str]:
+        try:
+            count = len(self.collections())
+        except Exception as exc:  # noqa: BLE001 - any client error means the index is unreachable
+            return "unhealthy", f"qdrant at {self.location} unreachable: {type(exc).__name__}"
+        return "healthy", f"qdrant at {self.location} ({count} bhgbrain collections)"
+
+
+_thread_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _sync_lock(location: str) -> Iterator[None]:
+    """One feed pusher per store: a PostgreSQL advisory lock, or a lock file beside SQLite."""
+    if connection.vendor == "postgresql":
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"bhgbrain-qdrant:{location}"])
+            yield
+        return
+    with _thread_lock:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: the thread lock is all there is
+            yield
+            return
+        with (Path(settings.BHGBRAIN_DATA_DIR) / ".qdrant-sync.lock").open("w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield

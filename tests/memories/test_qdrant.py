@@ -1,0 +1,185 @@
+"""The Qdrant vector index (local mode, the real qdrant-client engine) and repair from it."""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+from qdrant_client import models
+
+from bhgbrain_site.errors import InvalidInput
+from memories import vector_index
+from memories.models import Memory, VectorChange
+from memories.qdrant_index import QdrantVectorIndex, collection_name
+from memories.repair import repair_from_index
+from memories.services import collection_delete, memories_vector_sync, memory_forget, memory_tag
+from memories.tasks import vector_sync
+from search import fulltext
+from search.selectors import memories_search
+from tests.conftest import remember
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def qdrant(hash_embedder, bhg_config, settings, tmp_path: Path) -> Iterator[QdrantVectorIndex]:  # noqa: ANN001
+    settings.BHGBRAIN_DATA_DIR = tmp_path
+    bhg_config.vector_index = "qdrant"
+    bhg_config.qdrant.mode = "embedded"
+    bhg_config.qdrant.embedded_path = "qdrant"  # relative: inside data_dir
+    vector_index.reset_vector_index()
+    index = vector_index.get_vector_index()
+    assert isinstance(index, QdrantVectorIndex)
+    yield index
+    vector_index.reset_vector_index()
+
+
+def _point(index: QdrantVectorIndex, memory_id: str, namespace: str = "global", collection: str = "general"):  # noqa: ANN202
+    found = index.client().retrieve(collection_name(namespace, collection), ids=[memory_id], with_payload=True)
+    return found[0] if found else None
+
+
+def _semantic(query: str, namespace: str = "global", collection: str | None = None) -> list[str]:
+    hits = memories_search(query=query, namespace=namespace, collection=collection, mode="semantic", limit=10)
+    return [str(h.memory.id) for h in hits]
+
+
+def test_writes_reach_qdrant_in_the_original_layout(qdrant: QdrantVectorIndex, hash_embedder) -> None:
+    created = remember("The on-call rotation changes every Monday", tags=["oncall"], importance=0.7)
+    point = _point(qdrant, created.id)
+    assert point is not None
+    payload = point.payload
+    assert payload["content"] == "The on-call rotation changes every Monday" and payload["namespace"] == "global"
+    assert payload["tags"] == ["oncall"] and payload["importance"] == 0.7 and payload["device_id"] == "test-device"
+    memory = Memory.objects.get(id=created.id)
+    assert payload["expires_at"] == int(memory.expires_at.timestamp()) and payload["decay_eligible"] is True
+    assert _semantic("The on-call rotation changes every Monday") == [created.id]
+    assert qdrant.health()[0] == "healthy"
+
+    memory_tag(memory_id=created.id, add=["team-a"], remove=[], namespace=None, actor="test")
+    assert _point(qdrant, created.id).payload["tags"] == ["oncall", "team-a"]  # tags reach the payload
+    memory_forget(memory_id=created.id, namespace=None, actor="test")
+    assert _point(qdrant, created.id) is None
+
+
+def test_expiry_namespace_and_collection_filters(qdrant: QdrantVectorIndex) -> None:
+    live = remember("Alpha: the cache TTL is five minutes", collection="infra")
+    expiring = remember("Alpha: temporary feature flag for the beta", retention_tier="T3")
+    Memory.objects.filter(id=expiring.id).update(expires_at=timezone.now() - timedelta(hours=1))
+    VectorChange.objects.create(memory_id=expiring.id, op=VectorChange.Op.UPSERT)
+    qdrant.sync()
+    assert _semantic("Alpha: temporary feature flag for the beta") == [live.id]  # the expired one is filtered out
+    assert _semantic("Alpha: the cache TTL is five minutes", collection="general") == []
+    # names collide (a_b + c vs a + b_c): the payload filter keeps the namespaces apart
+    left = remember("Collision: left side", namespace="a_b", collection="c")
+    right = remember("Collision: right side", namespace="a", collection="b_c")
+    assert collection_name("a_b", "c") == collection_name("a", "b_c")
+    assert _semantic("Collision: left side", namespace="a") == [right.id]
+    assert _semantic("Collision: right side", namespace="a_b") == [left.id]
+    collection_delete(namespace="global", name="infra", force=True, actor="test")
+    assert _point(qdrant, live.id, collection="infra") is None
+
+
+def test_an_outage_delays_changes_but_loses_none(qdrant: QdrantVectorIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    kept = remember("Outage: written before the outage")
+    real_client = qdrant.client()
+
+    def down() -> object:
+        raise ConnectionError("qdrant is down")
+
+    monkeypatch.setattr(qdrant, "client", down)
+    during = remember("Outage: written during the outage")
+    memory_forget(memory_id=kept.id, namespace=None, actor="test")
+    assert Memory.objects.get(id=during.id).vector_synced is False  # flagged, never lost
+    assert qdrant.health()[0] == "unhealthy"
+    monkeypatch.setattr(qdrant, "client", lambda: real_client)
+    assert real_client.retrieve(collection_name("global", "general"), ids=[kept.id])  # the delete has not landed
+
+    result = vector_sync()  # the scheduled job
+
+    assert result["synced"] == 1 and "feed_rows_applied" in result
+    assert real_client.retrieve(collection_name("global", "general"), ids=[kept.id]) == []
+    assert _point(qdrant, during.id) is not None and Memory.objects.get(id=during.id).vector_synced is True
+
+
+def _forget_locally() -> None:
+    """A device whose database lost everything (or a new device): Qdrant still has the points."""
+    for memory_id in Memory.objects.values_list("id", flat=True):
+        fulltext.remove_memory(memory_id)
+    Memory.objects.all().delete()
+
+
+def test_repair_rebuilds_the_store_from_qdrant(qdrant: QdrantVectorIndex, hash_embedder) -> None:
+    first = remember("Repair: the build cache lives on S3", tags=["ci"], retention_tier="T1")
+    second = remember("Repair: releases are cut on Thursdays", namespace="team")
+    before = {m.id: (m.content, m.expires_at.replace(microsecond=0), m.device_id, m.retention_tier, m.tags)
+              for m in Memory.objects.all()}
+    name = collection_name("global", "general")
+    qdrant.client().upsert(name, points=[
+        models.PointStruct(id=str(uuid.uuid4()), vector=hash_embedder.embed_passage("old").tolist(),
+                           payload={"namespace": "global", "type": "semantic", "tags": []}),  # pre-1.3: no content
+        models.PointStruct(id=str(uuid.uuid4()), vector=hash_embedder.embed_passage("laptop").tolist(),
+                           payload={"namespace": "global", "collection": "general", "content": "From the laptop: use pnpm",
+                                    "device_id": "laptop-b", "retention_tier": "T2", "decay_eligible": True,
+                                    "expires_at": int((timezone.now() + timedelta(days=40)).timestamp()),
+                                    "created_at": "2026-01-05T10:00:00Z"}),
+    ])
+    _forget_locally()
+
+    preview = repair_from_index(dry_run=True, device_id=None, actor="test")
+    assert (preview.recovered, preview.skipped_no_content, preview.points_scanned) == (3, 1, 4)
+    assert not Memory.objects.exists()
+
+    report = repair_from_index(dry_run=False, device_id=None, actor="test")
+
+    assert report.recovered == 3 and report.errors == 0 and report.collections_scanned == 2
+    after = {m.id: (m.content, m.expires_at.replace(microsecond=0), m.device_id, m.retention_tier, m.tags)
+             for m in Memory.objects.filter(id__in=list(before))}
+    assert after == before  # expiry, tier, tags and device kept
+    laptop = Memory.objects.get(device_id="laptop-b")
+    assert laptop.created_at.year == 2026 and laptop.expires_at > timezone.now() + timedelta(days=39)
+    assert all(m.vector_synced for m in Memory.objects.all())  # vectors came from Qdrant
+    assert [str(h.memory.id) for h in memories_search(query="build cache S3", namespace="global", collection=None,
+                                                       mode="fulltext", limit=5)] == [first.id]
+    assert _semantic("Repair: releases are cut on Thursdays", namespace="team") == [second.id]
+    again = repair_from_index(dry_run=False, device_id=None, actor="test")
+    assert (again.recovered, again.already_in_sqlite) == (0, 3)
+
+
+def test_repair_can_take_one_device_only(qdrant: QdrantVectorIndex, bhg_config) -> None:
+    remember("Device filter: mine")
+    _forget_locally()
+    report = repair_from_index(dry_run=False, device_id="someone-else", actor="test")
+    assert (report.recovered, report.skipped_other_device) == (0, 1)
+    assert repair_from_index(dry_run=False, device_id="test-device", actor="test").recovered == 1
+
+
+def test_restore_never_touches_other_devices_points(qdrant: QdrantVectorIndex, hash_embedder) -> None:
+    from memories import backup
+
+    kept = remember("Restore: in the backup")
+    saved = backup.backup_create(actor="test")
+    later = remember("Restore: written after the backup")
+    foreign = str(uuid.uuid4())
+    qdrant.client().upsert(collection_name("global", "general"), points=[models.PointStruct(
+        id=foreign, vector=hash_embedder.embed_passage("x").tolist(), payload={"namespace": "global", "content": "other device"})])
+    backup.backup_restore(path=saved.path, actor="test")
+    client = qdrant.client()
+    name = collection_name("global", "general")
+    assert client.retrieve(name, ids=[later.id]) == []  # this store's removed memory: its point goes
+    assert client.retrieve(name, ids=[kept.id]) and client.retrieve(name, ids=[foreign])  # the rest stays
+
+
+def test_repair_needs_the_qdrant_index(hash_embedder) -> None:
+    with pytest.raises(InvalidInput, match="vector_index"):
+        repair_from_index(dry_run=True, device_id=None, actor="test")
+
+
+def test_vector_sync_retries_embedding_too(qdrant: QdrantVectorIndex) -> None:
+    created = remember("Sync: a memory whose vector went missing")
+    Memory.objects.filter(id=created.id).update(vector_synced=False, embedding=None)
+    assert memories_vector_sync()["synced"] == 1
+    assert _point(qdrant, created.id) is not None
