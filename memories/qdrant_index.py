@@ -224,6 +224,20 @@ class QdrantVectorIndex:
         hits.sort(key=lambda h: h.cosine, reverse=True)
         return hits[:limit]
 
+    def remote_memories(self, memory_ids: list[str], namespace: str) -> list[Memory]:
+        """Unsaved Memory objects built from the payloads of points this store has no row for."""
+        from memories.repair import memory_from_point
+
+        found: list[Memory] = []
+        prefix = collection_name(namespace, "")
+        for name in (n for n in self.collections() if n.startswith(prefix)):
+            for point in self.client().retrieve(name, ids=memory_ids, with_payload=True, with_vectors=False):
+                payload = point.payload or {}
+                if payload.get("namespace") == namespace and payload.get("content"):
+                    with contextlib.suppress(KeyError, TypeError, ValueError):
+                        found.append(memory_from_point(point, self.model_id, self.dimensions))
+        return found
+
     def scroll(self, name: str, batch: int = 256) -> Iterator[Any]:
         """Every point of a collection, with payload and vector (for repair)."""
         offset = None

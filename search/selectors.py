@@ -7,6 +7,8 @@ swamping relevance.
 """
 from __future__ import annotations
 
+import logging
+
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,6 +24,8 @@ from memories.models import Memory
 from memories.selectors import iso
 from memories.vector_index import VectorHit, get_vector_index
 from search import fulltext
+
+logger = logging.getLogger("bhgbrain.search")
 
 Mode = Literal["semantic", "fulltext", "hybrid"]
 
@@ -135,9 +139,23 @@ def apply_priors(items: list[Scored], params: HybridParams) -> list[Scored]:
 # --- loading and shaping -------------------------------------------------------------------
 
 
+def _remote(missing: list[str], namespace: str) -> dict[uuid.UUID, Memory]:
+    """Memories another device wrote to a shared index (Qdrant) and this store lacks: built
+    from the index's payload (unsaved), as the original does, instead of being dropped."""
+    fetch = getattr(get_vector_index(), "remote_memories", None) if missing else None
+    if fetch is None:
+        return {}
+    try:
+        return {m.id: m for m in fetch(missing, namespace)}
+    except Exception:  # noqa: BLE001 - the local results stand on their own
+        logger.warning("could not read payloads of %d remote memories", len(missing))
+        return {}
+
+
 def _attach(items: list[Scored], *, namespace: str, now: datetime) -> list[Scored]:
     """Load the rows; re-check namespace, archive and expiry on the DB side."""
     rows = Memory.objects.defer("embedding").in_bulk([uuid.UUID(i.memory_id) for i in items])
+    rows.update(_remote([i.memory_id for i in items if uuid.UUID(i.memory_id) not in rows], namespace))
     kept = []
     for item in items:
         memory = rows.get(uuid.UUID(item.memory_id))

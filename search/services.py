@@ -70,7 +70,9 @@ def indexes_warm() -> None:
 
     started = time.monotonic()
     try:
-        memories_search(query="warm up", namespace="__warmup__", collection=None, mode="hybrid", limit=1)
+        # semantic first: recall, what agents call most, needs only the model and the vectors
+        memories_search(query="warm up", namespace="__warmup__", collection=None, mode="semantic", limit=1)
+        memories_search(query="warm up", namespace="__warmup__", collection=None, mode="fulltext", limit=1)
         logging.getLogger("bhgbrain.search").info("indexes warm in %.1f s", time.monotonic() - started)
     except Exception:  # noqa: BLE001 - a failed warm-up only means the first search loads lazily
         logging.getLogger("bhgbrain.search").exception("index warm-up failed; indexes load on first search")

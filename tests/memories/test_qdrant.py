@@ -183,3 +183,19 @@ def test_vector_sync_retries_embedding_too(qdrant: QdrantVectorIndex) -> None:
     Memory.objects.filter(id=created.id).update(vector_synced=False, embedding=None)
     assert memories_vector_sync()["synced"] == 1
     assert _point(qdrant, created.id) is not None
+
+
+def test_another_devices_memories_come_back_from_the_payload(qdrant: QdrantVectorIndex) -> None:
+    """The seed's multi-device search: a point without a local row is shown from its payload."""
+    from search.services import search_run
+
+    shared = remember("Multi-device: the staging database password rotates monthly", tags=["db"])
+    _forget_locally()  # as seen from a second device sharing the Qdrant
+    assert _semantic("Multi-device: the staging database password rotates monthly") == [shared.id]
+    result = search_run(query="Multi-device: the staging database password rotates monthly", namespace="global",
+                        collection=None, mode="semantic", limit=5)
+    hit = result["results"][0]
+    assert hit["id"] == shared.id and hit["content"].startswith("Multi-device") and hit["tags"] == ["db"]
+    assert hit["device_id"] == "test-device"
+    assert _semantic("Multi-device: the staging database password rotates monthly", namespace="other") == []
+    assert not Memory.objects.exists()  # nothing was written by reading
