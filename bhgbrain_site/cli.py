@@ -243,7 +243,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from retention.cleanup import retention_cleanup
 
     call_command("migrate", interactive=False, verbosity=0)
-    _print_result(retention_cleanup(consolidate=args.consolidate).as_dict())
+    _print_result(retention_cleanup(consolidate=args.consolidate, dry_run=args.dry_run, tier=args.tier).as_dict())
     return 0
 
 
@@ -339,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     restore.set_defaults(func=cmd_backup)
     gc = sub.add_parser("gc", help="archive and delete expired memories now")
     gc.add_argument("--consolidate", action="store_true", help="first mark long-unused, unimportant memories stale")
+    gc.add_argument("--dry-run", action="store_true", help="count what would be archived and deleted; change nothing")
+    gc.add_argument("--tier", choices=("T1", "T2", "T3"), help="only this tier (T0 never expires)")
     gc.set_defaults(func=cmd_gc)
     archive = sub.add_parser("archive", help="memories removed by the cleanup").add_subparsers(dest="archive_command", required=True)
     for name, helptext in (("list", "recently archived"), ("search", "archived memories matching a query"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -40,13 +41,16 @@ class CleanupReport:
     deleted: int = 0
     consolidated: int = 0
     feed_rows_pruned: int = 0
+    dry_run: bool = False
+    tier: str | None = None
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _expired(now: datetime) -> Q:
-    return Q(decay_eligible=True, expires_at__lt=now)
+def _expired(now: datetime, tier: str | None = None) -> Q:
+    condition = Q(decay_eligible=True, expires_at__lt=now)
+    return condition & Q(retention_tier=tier) if tier else condition
 
 
 def _archive(memory: Memory, now: datetime) -> ArchivedMemory:
@@ -60,10 +64,10 @@ def _archive(memory: Memory, now: datetime) -> ArchivedMemory:
     )
 
 
-def _remove_batch(now: datetime, archive: bool) -> tuple[int, int]:
+def _remove_batch(now: datetime, archive: bool, tier: str | None) -> tuple[int, int]:
     """One transaction: lock up to BATCH still-expired rows, archive them, delete them."""
     with transaction.atomic():
-        batch = list(Memory.objects.select_for_update().filter(_expired(now)).order_by("expires_at", "id")[:BATCH])
+        batch = list(Memory.objects.select_for_update().filter(_expired(now, tier)).order_by("expires_at", "id")[:BATCH])
         if not batch:
             return 0, 0
         if archive:
@@ -112,14 +116,20 @@ def feed_prune(*, now: datetime | None = None) -> int:
     return deleted
 
 
-def retention_cleanup(*, consolidate: bool = False, now: datetime | None = None) -> CleanupReport:
-    """The cleanup cycle; ``consolidate`` first marks stale memories so they go in this cycle."""
-    report, now = CleanupReport(), now or timezone.now()
+def retention_cleanup(*, consolidate: bool = False, dry_run: bool = False, tier: str | None = None,
+                      now: datetime | None = None) -> CleanupReport:
+    """The cleanup cycle; ``consolidate`` first marks stale memories so they go in this cycle.
+    ``dry_run`` counts what would go and changes nothing; ``tier`` limits it to one tier."""
+    report, now = CleanupReport(dry_run=dry_run, tier=tier), now or timezone.now()
+    archive = settings.BHGBRAIN.retention.archive_before_delete
+    if dry_run:
+        report.expired = Memory.objects.filter(_expired(now, tier)).count()
+        report.archived = report.expired if archive else 0
+        return report
     if consolidate:
         report.consolidated = memories_consolidate(now=now)
-    archive = settings.BHGBRAIN.retention.archive_before_delete
     while True:
-        removed, archived = _remove_batch(now, archive)
+        removed, archived = _remove_batch(now, archive, tier)
         if not removed:
             break
         report.expired += removed

@@ -4,6 +4,6 @@ from __future__ import annotations
 from retention.cleanup import retention_cleanup
 
 
-def cleanup() -> dict[str, int]:
+def cleanup() -> dict[str, object]:
     """The scheduled cleanup (``retention.cleanup_schedule``): archive and delete expired memories."""
     return retention_cleanup().as_dict()

@@ -48,7 +48,7 @@ def test_expired_memories_are_archived_whole_then_deleted(hash_embedder) -> None
     report = retention_cleanup()
 
     assert report.as_dict() | {"feed_rows_pruned": 0} == {"expired": 1, "archived": 1, "deleted": 1, "consolidated": 0,
-                                                           "feed_rows_pruned": 0}
+                                                           "feed_rows_pruned": 0, "dry_run": False, "tier": None}
     assert {str(i) for i in Memory.objects.values_list("id", flat=True)} == {kept_t0.id, kept_live.id}
     archived = ArchivedMemory.objects.get()
     assert str(archived.memory_id) == gone.id and archived.content == original.content
@@ -61,6 +61,18 @@ def test_expired_memories_are_archived_whole_then_deleted(hash_embedder) -> None
     hits = other_process.search(query, namespace="global", collection=None, limit=5, now=timezone.now())
     assert gone.id not in {h.memory_id for h in hits}  # the delete reached another process's index
     assert retention_cleanup().expired == 0
+
+
+def test_dry_run_counts_and_tier_limits(hash_embedder) -> None:
+    t3 = remember("Dry run: transient note", retention_tier="T3")
+    t2 = remember("Dry run: standard note", retention_tier="T2")
+    _expire(t3.id)
+    _expire(t2.id)
+    preview = retention_cleanup(dry_run=True)
+    assert (preview.expired, preview.archived, preview.deleted) == (2, 2, 0)
+    assert Memory.objects.count() == 2 and not ArchivedMemory.objects.exists()
+    only_t3 = retention_cleanup(tier="T3")
+    assert only_t3.deleted == 1 and {str(i) for i in Memory.objects.values_list("id", flat=True)} == {t2.id}
 
 
 def test_without_archive_before_delete_expired_memories_are_only_deleted(hash_embedder, bhg_config) -> None:
@@ -203,6 +215,8 @@ def test_gc_and_archive_commands(tmp_path: Path) -> None:
                     "from datetime import timedelta; from django.utils import timezone; from memories.models import Memory; "
                     "Memory.objects.update(expires_at=timezone.now() - timedelta(days=1))"],
                    check=True, capture_output=True, env=server_env(), timeout=120)
+    assert run("gc", "--dry-run")["expired"] == 1
+    assert run("gc", "--tier", "T2")["archived"] == 0
     assert run("gc")["archived"] == 1
     entries = run("archive", "search", "plumber")["entries"]
     assert [e["id"] for e in entries] == [memory["id"]]

@@ -14,7 +14,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--consolidate", action="store_true", help="mark stale memories first (seed: gc --consolidate)")
+        parser.add_argument("--dry-run", action="store_true", help="count what would go; change nothing")
+        parser.add_argument("--tier", choices=("T1", "T2", "T3"), help="only this tier")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        report = retention_cleanup(consolidate=options["consolidate"])
+        report = retention_cleanup(consolidate=options["consolidate"], dry_run=options["dry_run"], tier=options["tier"])
         self.stdout.write(json.dumps(report.as_dict(), indent=2))
