@@ -337,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     restore = backups.add_parser("restore", help="replace the store with a .bhgb backup (the current one is saved first)")
     restore.add_argument("path")
     restore.set_defaults(func=cmd_backup)
+    from bhgbrain_site.cli_store import add_store_commands
+
+    add_store_commands(sub)
     gc = sub.add_parser("gc", help="archive and delete expired memories now")
     gc.add_argument("--consolidate", action="store_true", help="first mark long-unused, unimportant memories stale")
     gc.add_argument("--dry-run", action="store_true", help="count what would be archived and deleted; change nothing")
