@@ -20,6 +20,19 @@ class CategoryAdmin(admin.ModelAdmin):
     readonly_fields = ("revision", "updated_at")
     inlines = [RevisionInline]
 
+    def get_readonly_fields(self, request, obj=None) -> tuple[str, ...]:  # noqa: ANN001 - Django admin API
+        """A category is identified by (namespace, name): fixed once it exists."""
+        return (*self.readonly_fields, "namespace", "name") if obj is not None else self.readonly_fields
+
+    def delete_model(self, request, obj) -> None:  # noqa: ANN001
+        from categories.services import category_delete
+
+        category_delete(namespace=obj.namespace, name=obj.name, actor=f"admin:{request.user.get_username()}")
+
+    def delete_queryset(self, request, queryset) -> None:  # noqa: ANN001
+        for category in queryset:
+            self.delete_model(request, category)
+
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001 - Django admin API
         """Edits go through the service, so they get a revision and an audit row."""
         from categories.services import category_set

@@ -20,6 +20,7 @@ class Category(models.Model):
     updated_at = models.DateTimeField()
 
     class Meta:
+        verbose_name_plural = "categories"
         db_table = "categories"
         constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="uniq_category")]
         ordering = ["namespace", "slot", "name"]

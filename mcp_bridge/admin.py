@@ -1,10 +1,16 @@
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
 
 from mcp_bridge.models import ApiToken
 from mcp_bridge.tokens import token_create
+
+
+_NAMESPACE = re.compile(r"^[a-zA-Z0-9/-]{1,200}$")
 
 
 class ApiTokenForm(forms.ModelForm):
@@ -14,10 +20,19 @@ class ApiTokenForm(forms.ModelForm):
         model = ApiToken
         fields = ("name", "namespaces", "read_only", "revoked")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:  # shown as typed: alice,project/alpha (not a Python list)
+            self.initial["namespaces"] = ",".join(self.instance.namespaces or [])
+
     def clean_namespaces(self) -> list[str]:
-        value = self.cleaned_data["namespaces"]
-        items = value if isinstance(value, list) else str(value).strip("[]").replace('"', "").split(",")
-        return [n.strip() for n in items if n.strip()]
+        items = [n.strip() for n in str(self.cleaned_data["namespaces"]).split(",") if n.strip()]
+        if not items:
+            raise forms.ValidationError("a scoped token needs at least one namespace")
+        bad = [n for n in items if not _NAMESPACE.match(n)]
+        if bad:
+            raise forms.ValidationError(f"{bad[0][:50]!r} is not a valid namespace (letters, digits, / and -)")
+        return sorted(set(items))
 
 
 @admin.register(ApiToken)
@@ -25,6 +40,10 @@ class ApiTokenAdmin(admin.ModelAdmin):
     form = ApiTokenForm
     list_display = ("name", "prefix", "namespaces", "read_only", "revoked", "created_at", "last_used_at")
     list_filter = ("read_only", "revoked")
+
+    def get_fields(self, request, obj=None) -> list[str]:  # noqa: ANN001 - Django admin API
+        fields = list(super().get_fields(request, obj))
+        return fields if obj is not None else [f for f in fields if f != "revoked"]  # new tokens are live
 
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001 - Django admin API
         """New tokens go through the service: hashed storage, the value shown once."""

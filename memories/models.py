@@ -66,6 +66,7 @@ class Memory(models.Model):
     updated_at = models.DateTimeField()
 
     class Meta:
+        verbose_name_plural = "memories"
         db_table = "memories"
         indexes = [
             models.Index(fields=["namespace"], name="idx_memories_namespace"),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,7 +19,7 @@ from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, N
 from memories import normalize, tiers
 from memories.dedup import Relation, compare, tier_thresholds
 from memories.embeddings import Embedder, calibrate, from_bytes, get_embedder, to_bytes
-from memories.models import AuditLog, Collection, Memory, MemoryRevision, Operation, VectorChange
+from memories.models import AuditLog, Collection, Memory, MemoryRevision, MemoryType, Operation, RetentionTier, VectorChange
 from memories.selectors import iso
 from memories.vector_index import VectorHit, get_vector_index, sync_after_commit
 from search import fulltext
@@ -476,6 +477,41 @@ def collection_delete(*, namespace: str, name: str, force: bool, actor: str) -> 
 EDITABLE_FIELDS = ("content", "type", "tags", "category", "importance", "retention_tier", "collection")
 
 
+_TAG = re.compile(r"^[a-zA-Z0-9-]{1,100}$")
+_COLLECTION = re.compile(r"^[a-zA-Z0-9-]{1,100}$")
+
+
+def memory_edit_check(memory: Memory, changes: dict[str, Any]) -> None:
+    """Every rule the tools apply, for an edit of ``memory`` (the admin form calls it too):
+    raises InvalidInput, or Conflict when the new content duplicates another live memory."""
+    unknown = set(changes) - set(EDITABLE_FIELDS)
+    if unknown:
+        raise InvalidInput(f"{sorted(unknown)[0]}: not editable")
+    tags = changes.get("tags", memory.tags)
+    if not isinstance(tags, list) or not all(isinstance(t, str) and _TAG.match(t) for t in tags):
+        raise InvalidInput('tags: a JSON list of tags made of letters, digits and "-" (at most 100 characters each)')
+    if len(tags) > MAX_TAGS:
+        raise InvalidInput(f"tags: at most {MAX_TAGS} tags ({len(tags)} given)")
+    if changes.get("type", memory.type) not in MemoryType.values:
+        raise InvalidInput(f"type: one of {', '.join(MemoryType.values)}")
+    if changes.get("retention_tier", memory.retention_tier) not in RetentionTier.values:
+        raise InvalidInput("retention_tier: one of T0, T1, T2, T3")
+    importance = changes.get("importance", memory.importance)
+    if not isinstance(importance, (int, float)) or not 0.0 <= float(importance) <= 1.0:
+        raise InvalidInput("importance: a number from 0 to 1")
+    if not _COLLECTION.match(str(changes.get("collection", memory.collection))):
+        raise InvalidInput('collection: letters, digits and "-" (1-100 characters)')
+    if "content" in changes:
+        content = normalize.normalize_content(str(changes["content"]))
+        if not content:
+            raise InvalidInput("content: must not be empty after normalization")
+        normalize.reject_secrets(content)
+        twin = (Memory.objects.filter(namespace=memory.namespace, checksum=normalize.checksum(content), archived=False)
+                .exclude(pk=memory.pk).values_list("id", flat=True).first())
+        if twin is not None:
+            raise Conflict(f"content: another memory in this namespace already says exactly this ({twin})")
+
+
 def memory_edit(*, memory_id: str, changes: dict[str, Any], actor: str) -> Memory:
     """A curator's edit (the admin): content re-normalised, checked for secrets, re-embedded and
     re-indexed; a tier change recomputes expiry; T0 content keeps a revision; one audit row."""
@@ -488,12 +524,10 @@ def memory_edit(*, memory_id: str, changes: dict[str, Any], actor: str) -> Memor
         memory = Memory.objects.select_for_update().filter(pk=_parse_uuid(memory_id), archived=False).first()
         if memory is None:
             raise NotFound(f"Memory {memory_id} not found")
+        memory_edit_check(memory, changes)
         before = {field: getattr(memory, field) for field in changes}
         if "content" in changes and normalize.normalize_content(changes["content"]) != memory.content:
             content = normalize.normalize_content(changes["content"])
-            if not content:
-                raise InvalidInput("content: must not be empty after normalization")
-            normalize.reject_secrets(content)
             if memory.retention_tier == "T0":
                 _snapshot_revision(memory, actor, now)
             memory.content, memory.summary, memory.checksum = content, normalize.make_summary(content), normalize.checksum(content)
@@ -508,7 +542,11 @@ def memory_edit(*, memory_id: str, changes: dict[str, Any], actor: str) -> Memor
         if content_changed:
             _apply_vector(memory, *_embed_or_degrade(memory.content))
         memory.updated_at = now
-        memory.save()
+        try:
+            with transaction.atomic():
+                memory.save()
+        except IntegrityError:  # a concurrent write of the same content won the race
+            raise Conflict("content: another memory in this namespace already says exactly this") from None
         fulltext.index_memory(memory)
         _audit(memory, "EDIT", actor, now, {"fields": sorted(changes), "before": {k: str(v)[:200] for k, v in before.items()}})
         index_after_commit(memory, _record_vector_change(memory, VectorChange.Op.UPSERT))
