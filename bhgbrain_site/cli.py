@@ -278,7 +278,7 @@ def cmd_token_create(args: argparse.Namespace) -> int:
 
     call_command("migrate", interactive=False, verbosity=0)
     try:
-        row, plain = token_create(name=args.name, namespaces=args.namespace, read_only=args.read_only)
+        row, plain = token_create(name=args.name, namespaces=args.namespace, read_only=args.read_only, actor="cli")
     except DomainError as exc:
         _err(exc.message)
         return 2
@@ -298,9 +298,9 @@ def cmd_token_list(args: argparse.Namespace) -> int:
 
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:
-    from mcp_bridge.models import ApiToken
+    from mcp_bridge.tokens import token_revoke
 
-    updated = ApiToken.objects.filter(prefix=args.prefix).update(revoked=True)
+    updated = token_revoke(prefix=args.prefix, actor="cli")
     _err(f"revoked {updated} token(s)")
     return 0 if updated else 1
 

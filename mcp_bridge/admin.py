@@ -50,6 +50,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        row, plain = token_create(name=obj.name, namespaces=obj.namespaces, read_only=obj.read_only)
+        row, plain = token_create(name=obj.name, namespaces=obj.namespaces, read_only=obj.read_only,
+                                  actor=f"admin:{request.user.get_username()}")
         obj.pk = row.pk
         messages.warning(request, f"Token created. Copy it now, it is not stored: {plain}")

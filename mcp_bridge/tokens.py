@@ -51,11 +51,14 @@ def master_token() -> str | None:
 
 
 def scoped_tokens_exist() -> bool:
-    """Cached 5 s: whether any active scoped token exists (then auth is always required)."""
+    """Cached 5 s: whether any scoped token was ever created (then auth is always required).
+
+    Revoked ones count: revoking the last token must not reopen the server to every local
+    caller; access then needs the master token."""
     global _any_tokens_cache
     checked, value = _any_tokens_cache
     if time.monotonic() - checked > 5:
-        value = ApiToken.objects.filter(revoked=False).exists()
+        value = ApiToken.objects.exists()
         _any_tokens_cache = (time.monotonic(), value)
     return value
 
@@ -82,7 +85,7 @@ def principal_for(authorization: str | None) -> Principal | None:
     return Principal(name=row.name, namespaces=frozenset(row.namespaces), read_only=row.read_only)
 
 
-def token_create(*, name: str, namespaces: list[str], read_only: bool) -> tuple[ApiToken, str]:
+def token_create(*, name: str, namespaces: list[str], read_only: bool, actor: str = "system") -> tuple[ApiToken, str]:
     """Create a scoped token; the plain token is returned once and only its hash is stored."""
     global _any_tokens_cache
     import re
@@ -97,5 +100,28 @@ def token_create(*, name: str, namespaces: list[str], read_only: bool) -> tuple[
         row = ApiToken.objects.create(
             name=name, token_hash=hash_token(plain), prefix=plain[:10], namespaces=sorted(set(namespaces)), read_only=read_only
         )
+        _audit_token("TOKEN_CREATE", row, actor)
     _any_tokens_cache = (0.0, False)
     return row, plain
+
+
+def token_revoke(*, prefix: str, actor: str) -> int:
+    """Revoke every live token with this prefix (as `token list` shows it); audited."""
+    global _any_tokens_cache
+    with transaction.atomic():
+        rows = list(ApiToken.objects.select_for_update().filter(prefix=prefix, revoked=False))
+        for row in rows:
+            row.revoked = True
+            row.save(update_fields=["revoked"])
+            _audit_token("TOKEN_REVOKE", row, actor)
+    _any_tokens_cache = (0.0, False)
+    return len(rows)
+
+
+def _audit_token(operation: str, row: ApiToken, actor: str) -> None:
+    from memories.models import AuditLog
+
+    AuditLog.objects.create(
+        timestamp=timezone.now(), namespace="*", operation=operation, client_id=actor,
+        details={"name": row.name, "prefix": row.prefix, "namespaces": row.namespaces, "read_only": row.read_only},
+    )

@@ -1,0 +1,35 @@
+"""Scoped tokens: creation and revocation are audited; the plain value is never stored."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from memories.models import AuditLog
+from mcp_bridge import tokens
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> Iterator[None]:
+    tokens._any_tokens_cache = (0.0, False)  # noqa: SLF001 - the 5 s "tokens exist" cache
+    yield
+    tokens._any_tokens_cache = (0.0, False)  # noqa: SLF001
+
+
+def test_token_create_and_revoke_are_audited() -> None:
+    row, plain = tokens.token_create(name="ci-agent", namespaces=["alice", "alice"], read_only=True, actor="admin:ops")
+    created = AuditLog.objects.get(operation="TOKEN_CREATE")
+    assert created.client_id == "admin:ops" and created.details == {
+        "name": "ci-agent", "prefix": plain[:10], "namespaces": ["alice"], "read_only": True}
+    assert plain not in json.dumps(created.details) and plain not in row.token_hash
+    principal = tokens.principal_for(f"Bearer {plain}")
+    assert principal is not None and principal.namespaces == frozenset({"alice"}) and principal.read_only
+    assert tokens.token_revoke(prefix=row.prefix, actor="cli") == 1
+    assert AuditLog.objects.get(operation="TOKEN_REVOKE").client_id == "cli"
+    assert tokens.principal_for(f"Bearer {plain}") is None  # revoked ...
+    assert tokens.principal_for(None) is None  # ... and the server does not fall back to open access
+    assert tokens.token_revoke(prefix=row.prefix, actor="cli") == 0  # already revoked: nothing, no second row
+    assert AuditLog.objects.filter(operation="TOKEN_REVOKE").count() == 1
