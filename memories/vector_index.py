@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -99,6 +100,31 @@ def needs_reload(changes: list[tuple[int, object, str]], caught_up_at: float) ->
     return len(changes) > RELOAD_AFTER_CHANGES or any(op == VectorChange.Op.RESET for _, _, op in changes)
 
 
+class FeedReader:
+    """One in-process index's position in the change feed (shared by the vector and text indexes)."""
+
+    def __init__(self) -> None:
+        self.last_change = 0
+        self.caught_up_at = time.monotonic()
+
+    def start(self) -> None:
+        """At a full load: everything up to the newest row is in."""
+        self.last_change = VectorChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        self.caught_up_at = time.monotonic()
+
+    def read(self) -> list[tuple[int, uuid.UUID, str]] | None:
+        """The rows since the last read, or None when the reader must reload everything."""
+        changes = list(
+            VectorChange.objects.filter(id__gt=self.last_change).order_by("id").values_list("id", "memory_id", "op")
+        )
+        caught_up_at, self.caught_up_at = self.caught_up_at, time.monotonic()
+        if changes and needs_reload(changes, caught_up_at):
+            return None
+        if changes:
+            self.last_change = changes[-1][0]
+        return changes
+
+
 class EmbeddedVectorIndex:
     """Cosine search with numpy over rows filtered by namespace, collection and expiry."""
 
@@ -109,10 +135,9 @@ class EmbeddedVectorIndex:
         self.dimensions = dimensions
         self._lock = threading.RLock()
         self._loaded = False
-        self._last_change = 0
+        self._feed = FeedReader()
         self._applied: set[int] = set()  # change ids this process already applied itself
         self._projection: Projection | None = None
-        self._caught_up_at = time.monotonic()
         self._sketch_dims = dimensions // SKETCH_RATIO
         self._reset_arrays()
 
@@ -184,8 +209,7 @@ class EmbeddedVectorIndex:
     _FIELDS = ("id", "namespace", "collection", "expires_at", "decay_eligible", "archived", "embedding", "embedding_model")
 
     def _load(self) -> None:
-        self._last_change = VectorChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
-        self._caught_up_at = time.monotonic()
+        self._feed.start()
         rows = Memory.objects.filter(archived=False, embedding_model=self.model_id, embedding__isnull=False)
         fields = ("id", "namespace", "collection", "expires_at", "decay_eligible", "embedding")
         self._reserve(rows.count())
@@ -213,19 +237,15 @@ class EmbeddedVectorIndex:
         if not self._loaded:
             self._load()
             return
-        changes = list(
-            VectorChange.objects.filter(id__gt=self._last_change).order_by("id").values_list("id", "memory_id", "op")
-        )
-        caught_up_at, self._caught_up_at = self._caught_up_at, time.monotonic()
-        if not changes:
-            return
-        if needs_reload(changes, caught_up_at):
+        changes = self._feed.read()
+        if changes is None:
             self._reset_arrays()
             self._applied.clear()
             self._projection = None
             self._load()
             return
-        self._last_change = changes[-1][0]
+        if not changes:
+            return
         ids = {memory_id for change_id, memory_id, _ in changes if change_id not in self._applied}
         self._applied.difference_update(change_id for change_id, _, _ in changes)
         if not ids:
@@ -242,7 +262,7 @@ class EmbeddedVectorIndex:
         with self._lock:
             if self._loaded:
                 self._put_memory(memory)
-                if change_id is not None and change_id > self._last_change:
+                if change_id is not None and change_id > self._feed.last_change:
                     self._applied.add(change_id)
 
     def delete(self, memory_id: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 import uuid
 from array import array
 from datetime import datetime
@@ -21,8 +20,7 @@ from datetime import datetime
 import numpy as np
 from django.db import connection
 
-from memories.models import VectorChange
-from memories.vector_index import needs_reload
+from memories.vector_index import FeedReader
 
 _INF = math.inf
 _SELECT = {
@@ -46,8 +44,7 @@ class TextIndex:
         self.k1, self.b, self.tag_weight = k1, b, tag_weight
         self._lock = threading.RLock()
         self._loaded = False
-        self._last_change = 0
-        self._caught_up_at = time.monotonic()
+        self._feed = FeedReader()
         self._reset()
 
     def _reset(self) -> None:
@@ -106,8 +103,7 @@ class TextIndex:
 
     def _load(self) -> None:
         self._reset()
-        self._last_change = VectorChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
-        self._caught_up_at = time.monotonic()
+        self._feed.start()
         with connection.cursor() as cursor:
             cursor.execute(_SELECT[connection.vendor][0], [False])
             self._ingest(_typed(cursor.fetchall()))
@@ -117,16 +113,12 @@ class TextIndex:
         if not self._loaded or self._dead * 3 > max(len(self._ids), 3000):
             self._load()
             return
-        changes = list(
-            VectorChange.objects.filter(id__gt=self._last_change).order_by("id").values_list("id", "memory_id", "op")
-        )
-        caught_up_at, self._caught_up_at = self._caught_up_at, time.monotonic()
-        if not changes:
-            return
-        if needs_reload(changes, caught_up_at):
+        changes = self._feed.read()
+        if changes is None:
             self._load()
             return
-        self._last_change = changes[-1][0]
+        if not changes:
+            return
         ids = {memory_id for _, memory_id, _ in changes}
         placeholders = ", ".join(["%s"] * len(ids))
         sql, id_column = _SELECT[connection.vendor]

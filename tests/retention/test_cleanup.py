@@ -113,7 +113,7 @@ def test_old_feed_rows_are_pruned_and_an_idle_index_reloads(hash_embedder, monke
     recent = remember("Feed: second memory")
     assert retention_cleanup().feed_rows_pruned >= 2
     assert [str(m) for m in VectorChange.objects.values_list("memory_id", flat=True)] == [recent.id]
-    idle._caught_up_at = time.monotonic() - vector_index.RELOAD_AFTER_IDLE - 1  # noqa: SLF001 - idle for 6+ days
+    idle._feed.caught_up_at = time.monotonic() - vector_index.RELOAD_AFTER_IDLE - 1  # noqa: SLF001 - idle for 6+ days
     hits = idle.search(hash_embedder.embed_query("Feed: first memory"), namespace="global", collection=None,
                        limit=5, now=timezone.now())
     assert [h.memory_id for h in hits] == [recent.id]  # reloaded: the pruned deletion is not missed
