@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import timedelta
 from typing import Any, Callable
 from urllib.parse import urlencode
 
@@ -95,34 +94,9 @@ def cmd_tier(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from django.conf import settings
-    from django.utils import timezone
+    from memories.selectors import store_stats
 
-    from bhgbrain_site.health import health_snapshot
-    from memories.models import Memory
-    from memories.selectors import collections_list, iso, memory_counts_by_tier
-
-    def stats() -> dict[str, Any]:
-        snapshot = health_snapshot()
-        namespaces = sorted(set(Memory.objects.filter(archived=False).values_list("namespace", flat=True)))
-        out: dict[str, Any] = {
-            "memory_count": snapshot["memory_count"], "db_size_bytes": snapshot["db_size_bytes"],
-            "namespaces": {ns: collections_list(namespace=ns) for ns in namespaces},
-            "archived_count": snapshot["retention"]["archived_count"],
-            "unsynced_vectors": snapshot["retention"]["unsynced_vectors"],
-        }
-        if args.by_tier:
-            out["counts_by_tier"] = memory_counts_by_tier()
-        if args.expiring:
-            now = timezone.now()
-            horizon = now + timedelta(days=settings.BHGBRAIN.retention.pre_expiry_warning_days)
-            soon = (Memory.objects.filter(archived=False, decay_eligible=True, expires_at__gt=now, expires_at__lte=horizon)
-                    .order_by("expires_at").defer("embedding")[:100])
-            out["expiring"] = [{"id": str(m.id), "namespace": m.namespace, "summary": m.summary,
-                                "retention_tier": m.retention_tier, "expires_at": iso(m.expires_at)} for m in soon]
-        return out
-
-    return _run(stats)
+    return _run(lambda: store_stats(by_tier=args.by_tier, expiring=args.expiring))
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

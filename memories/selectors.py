@@ -138,3 +138,32 @@ def audit_entries(*, namespace: str, limit: int, operation: str | None = None, m
          "memory_id": str(row.memory_id) if row.memory_id else None, "client_id": row.client_id, "details": row.details}
         for row in rows.order_by("-timestamp", "-id")[:limit]
     ]
+
+
+def store_stats(*, by_tier: bool = False, expiring: bool = False) -> dict[str, Any]:
+    """``bhgbrain stats``: sizes, collections per namespace, optionally tier counts and what expires soon."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from bhgbrain_site.health import health_snapshot
+
+    snapshot = health_snapshot()
+    namespaces = sorted(set(Memory.objects.filter(archived=False).values_list("namespace", flat=True)))
+    out: dict[str, Any] = {
+        "memory_count": snapshot["memory_count"], "db_size_bytes": snapshot["db_size_bytes"],
+        "namespaces": {ns: collections_list(namespace=ns) for ns in namespaces},
+        "archived_count": snapshot["retention"]["archived_count"],
+        "unsynced_vectors": snapshot["retention"]["unsynced_vectors"],
+    }
+    if by_tier:
+        out["counts_by_tier"] = memory_counts_by_tier()
+    if expiring:
+        now = timezone.now()
+        horizon = now + timedelta(days=settings.BHGBRAIN.retention.pre_expiry_warning_days)
+        soon = (Memory.objects.filter(archived=False, decay_eligible=True, expires_at__gt=now, expires_at__lte=horizon)
+                .order_by("expires_at").defer("embedding")[:100])
+        out["expiring"] = [{"id": str(m.id), "namespace": m.namespace, "summary": m.summary,
+                            "retention_tier": m.retention_tier, "expires_at": iso(m.expires_at)} for m in soon]
+    return out
