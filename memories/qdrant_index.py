@@ -128,10 +128,10 @@ class QdrantVectorIndex:
             self._listing = (0.0, [])
         self._ensured.add(name)
 
-    def collections(self) -> list[str]:
-        """Every ``bhgbrain_*`` collection (listing cached for a few seconds)."""
+    def collections(self, *, fresh: bool = False) -> list[str]:
+        """Every ``bhgbrain_*`` collection (listing cached for a few seconds unless ``fresh``)."""
         fetched, names = self._listing
-        if time.monotonic() - fetched > LIST_TTL:
+        if fresh or time.monotonic() - fetched > LIST_TTL:
             names = sorted(c.name for c in self.client().get_collections().collections if c.name.startswith(PREFIX))
             self._listing = (time.monotonic(), names)
         return names
@@ -165,7 +165,7 @@ class QdrantVectorIndex:
         # namespace's collections; a deleted one's namespace is unknown, so every collection.
         gone = [str(i) for i in memory_ids if i not in rows]
         client = self.client()
-        for name in self.collections():
+        for name in self.collections(fresh=bool(gone)):  # a deletion must not miss a brand-new collection
             wanted = {p.id for p in points.get(name, [])}
             doomed = [i for i in gone if i not in wanted]
             doomed += [str(m.id) for m in rows.values()
