@@ -67,6 +67,8 @@ def point_payload(memory: Memory) -> dict[str, Any]:
 
 
 class QdrantVectorIndex:
+    kind = "qdrant"  # the config's vector_index value
+
     def __init__(self, config: QdrantConfig, model_id: str, dimensions: int) -> None:
         self.model_id = model_id
         self.dimensions = dimensions
@@ -177,6 +179,11 @@ class QdrantVectorIndex:
             for start in range(0, len(batch), 256):
                 client.upsert(name, points=batch[start:start + 256], wait=True)
 
+    def _pending(self) -> bool:
+        """Feed rows this store has not pushed yet (one indexed query)."""
+        done = VectorIndexCursor.objects.filter(name=f"qdrant:{self.location}").values_list("last_change", flat=True).first()
+        return VectorChange.objects.filter(id__gt=done or 0).exists()
+
     def sync(self) -> int:
         """Apply the change feed after this store's cursor; returns the rows applied."""
         applied = 0
@@ -200,6 +207,8 @@ class QdrantVectorIndex:
     ) -> list[VectorHit]:
         from qdrant_client import models
 
+        if self._pending():
+            self.sync()  # changes another process recorded but could not push (e.g. the scheduler's cleanup)
         if collection is not None:
             names = [collection_name(namespace, collection)]
         else:
@@ -225,7 +234,10 @@ class QdrantVectorIndex:
         return hits[:limit]
 
     def remote_memories(self, memory_ids: list[str], namespace: str) -> list[Memory]:
-        """Unsaved Memory objects built from the payloads of points this store has no row for."""
+        """Unsaved Memory objects built from the payloads of points this store has no row for.
+
+        Only other devices' points: a point of this device without a row is a deletion not yet
+        applied (or a lost store, which ``repair`` restores), never a memory to show."""
         from memories.repair import memory_from_point
 
         found: list[Memory] = []
@@ -233,7 +245,8 @@ class QdrantVectorIndex:
         for name in (n for n in self.collections() if n.startswith(prefix)):
             for point in self.client().retrieve(name, ids=memory_ids, with_payload=True, with_vectors=False):
                 payload = point.payload or {}
-                if payload.get("namespace") == namespace and payload.get("content"):
+                own = payload.get("device_id") == settings.BHGBRAIN_DEVICE_ID
+                if payload.get("namespace") == namespace and payload.get("content") and not own:
                     with contextlib.suppress(KeyError, TypeError, ValueError):
                         found.append(memory_from_point(point, self.model_id, self.dimensions))
         return found

@@ -128,6 +128,8 @@ class FeedReader:
 class EmbeddedVectorIndex:
     """Cosine search with numpy over rows filtered by namespace, collection and expiry."""
 
+    kind = "embedded"  # the config's vector_index value
+
     _GROW = 1024
 
     def __init__(self, model_id: str, dimensions: int) -> None:
@@ -367,8 +369,14 @@ def get_vector_index() -> VectorIndex | None:
     if embedder is None:
         return None
     with _index_lock:
-        stale = _index is None or getattr(_index, "model_id", None) != embedder.model_id
+        from django.conf import settings
+
+        stale = (_index is None or getattr(_index, "model_id", None) != embedder.model_id
+                 or getattr(_index, "kind", None) != settings.BHGBRAIN.vector_index)
         if stale:
+            close = getattr(_index, "close", None)
+            if close is not None:
+                close()  # Qdrant's local mode holds a lock on its folder
             _index = _build(embedder.model_id, embedder.dimensions)
         return _index
 

@@ -185,17 +185,38 @@ def test_vector_sync_retries_embedding_too(qdrant: QdrantVectorIndex) -> None:
     assert _point(qdrant, created.id) is not None
 
 
-def test_another_devices_memories_come_back_from_the_payload(qdrant: QdrantVectorIndex) -> None:
-    """The seed's multi-device search: a point without a local row is shown from its payload."""
+def test_another_devices_memories_come_back_from_the_payload(qdrant: QdrantVectorIndex, settings) -> None:  # noqa: ANN001
+    """The seed's multi-device search: another device's point without a local row is shown from its payload."""
     from search.services import search_run
 
+    settings.BHGBRAIN_DEVICE_ID = "laptop-a"  # written on the other device ...
     shared = remember("Multi-device: the staging database password rotates monthly", tags=["db"])
-    _forget_locally()  # as seen from a second device sharing the Qdrant
+    _forget_locally()  # ... which this device's store never held
+    settings.BHGBRAIN_DEVICE_ID = "test-device"
     assert _semantic("Multi-device: the staging database password rotates monthly") == [shared.id]
     result = search_run(query="Multi-device: the staging database password rotates monthly", namespace="global",
                         collection=None, mode="semantic", limit=5)
     hit = result["results"][0]
     assert hit["id"] == shared.id and hit["content"].startswith("Multi-device") and hit["tags"] == ["db"]
-    assert hit["device_id"] == "test-device"
+    assert hit["device_id"] == "laptop-a"
     assert _semantic("Multi-device: the staging database password rotates monthly", namespace="other") == []
     assert not Memory.objects.exists()  # nothing was written by reading
+
+
+def test_a_deletion_not_yet_pushed_never_shows_as_a_remote_memory(qdrant: QdrantVectorIndex, monkeypatch) -> None:  # noqa: ANN001
+    """E.g. the scheduler's cleanup could not reach Qdrant: its DELETE waits in the feed."""
+    gone = remember("Pending delete: the old build server was jenkins-01")
+    with monkeypatch.context() as patched:
+        patched.setattr(qdrant, "sync", lambda: 0)  # another process: it records, it cannot push
+        memory_forget(memory_id=gone.id, namespace=None, actor="test")
+    assert _point(qdrant, gone.id) is not None  # still in Qdrant ...
+    assert _semantic("Pending delete: the old build server was jenkins-01") == []  # ... never shown
+    assert _point(qdrant, gone.id) is None  # the search pushed the pending DELETE first
+
+
+def test_own_points_without_a_row_are_not_shown_until_repair(qdrant: QdrantVectorIndex) -> None:
+    mine = remember("Own device: the VPN config lives in the infra repo")
+    _forget_locally()  # a lost store: repair brings it back
+    assert _semantic("Own device: the VPN config lives in the infra repo") == []
+    assert repair_from_index(dry_run=False, device_id=None, actor="test").recovered == 1
+    assert _semantic("Own device: the VPN config lives in the infra repo") == [mine.id]
