@@ -215,61 +215,6 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return cmd_tool(args)
 
 
-def cmd_backup(args: argparse.Namespace) -> int:
-    """backup create | list | restore PATH; the CLI runs on the server, so restore reads any path."""
-    from django.core.management import call_command
-
-    from bhgbrain_site.errors import DomainError, to_envelope
-    from memories import backup
-
-    call_command("migrate", interactive=False, verbosity=0)
-    try:
-        if args.backup_command == "create":
-            result: Any = backup.backup_create(actor="cli").as_dict()
-        elif args.backup_command == "list":
-            result = {"backups": [info.as_dict() for info in backup.backups_list()]}
-        else:
-            result = backup.backup_restore(path=os.path.abspath(args.path), actor="cli", allow_any_path=True)
-    except DomainError as exc:
-        _print_result(to_envelope(exc)[1])
-        return 1
-    _print_result(result)
-    return 0
-
-
-def cmd_gc(args: argparse.Namespace) -> int:
-    from django.core.management import call_command
-
-    from retention.cleanup import retention_cleanup
-
-    call_command("migrate", interactive=False, verbosity=0)
-    _print_result(retention_cleanup(consolidate=args.consolidate, dry_run=args.dry_run, tier=args.tier).as_dict())
-    return 0
-
-
-def cmd_archive(args: argparse.Namespace) -> int:
-    """archive list | search QUERY | restore ID, in one namespace (default: the configured one)."""
-    from django.conf import settings
-    from django.core.management import call_command
-
-    from bhgbrain_site.errors import DomainError, to_envelope
-    from retention import archive
-
-    call_command("migrate", interactive=False, verbosity=0)
-    namespace = args.namespace or settings.BHGBRAIN.defaults.namespace
-    try:
-        if args.archive_command == "restore":
-            result: Any = archive.archive_restore(memory_id=args.id, namespace=namespace, actor="cli", tier=args.tier)
-        else:
-            query = args.query if args.archive_command == "search" else None
-            result = {"entries": archive.archive_entries(namespace=namespace, query=query, limit=args.limit)}
-    except DomainError as exc:
-        _print_result(to_envelope(exc)[1])
-        return 1
-    _print_result(result)
-    return 0
-
-
 def cmd_token_create(args: argparse.Namespace) -> int:
     from django.core.management import call_command
 
@@ -331,33 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = token.add_parser("revoke", help="revoke by the prefix shown in `token list`")
     revoke.add_argument("prefix")
     revoke.set_defaults(func=cmd_token_revoke)
-    backups = sub.add_parser("backup", help="whole-store backups (.bhgb)").add_subparsers(dest="backup_command", required=True)
-    backups.add_parser("create", help="back up every namespace into <data_dir>/backups").set_defaults(func=cmd_backup)
-    backups.add_parser("list", help="list known backups").set_defaults(func=cmd_backup)
-    restore = backups.add_parser("restore", help="replace the store with a .bhgb backup (the current one is saved first)")
-    restore.add_argument("path")
-    restore.set_defaults(func=cmd_backup)
     from bhgbrain_site.cli_store import add_store_commands
 
     add_store_commands(sub)
-    gc = sub.add_parser("gc", help="archive and delete expired memories now")
-    gc.add_argument("--consolidate", action="store_true", help="first mark long-unused, unimportant memories stale")
-    gc.add_argument("--dry-run", action="store_true", help="count what would be archived and deleted; change nothing")
-    gc.add_argument("--tier", choices=("T1", "T2", "T3"), help="only this tier (T0 never expires)")
-    gc.set_defaults(func=cmd_gc)
-    archive = sub.add_parser("archive", help="memories removed by the cleanup").add_subparsers(dest="archive_command", required=True)
-    for name, helptext in (("list", "recently archived"), ("search", "archived memories matching a query"),
-                           ("restore", "bring one back (same id, T2 unless --tier)")):
-        command = archive.add_parser(name, help=helptext)
-        command.add_argument("--namespace")
-        if name == "search":
-            command.add_argument("query")
-        if name == "restore":
-            command.add_argument("id")
-            command.add_argument("--tier", default="T2", choices=("T0", "T1", "T2", "T3"))
-        else:
-            command.add_argument("--limit", type=int, default=20)
-        command.set_defaults(func=cmd_archive)
     tool = sub.add_parser("tool", help="call a tool with JSON arguments, e.g. bhgbrain tool remember '{\"content\": \"...\"}'")
     tool.add_argument("name")
     tool.add_argument("arguments", nargs="?", default="{}")

@@ -1,4 +1,5 @@
-"""The seed's store commands of the ``bhgbrain`` CLI: list, search, show, tier, stats, audit, category.
+"""The seed's store commands of the ``bhgbrain`` CLI: list, search, show, tier, stats, audit,
+category, gc, archive, backup.
 
 Each is a thin call into a tool, a resource or a selector, printed as JSON; errors print the
 envelope and exit 1. They run in-process on the configured store (no server needed).
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Callable
 from urllib.parse import urlencode
@@ -117,6 +119,33 @@ def cmd_category(args: argparse.Namespace) -> int:
     return _run(lambda: call_tool("category", arguments, _cli()))
 
 
+def cmd_gc(args: argparse.Namespace) -> int:
+    from retention.cleanup import retention_cleanup
+
+    return _run(lambda: retention_cleanup(consolidate=args.consolidate, dry_run=args.dry_run, tier=args.tier).as_dict())
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    """archive list | search QUERY | restore ID, in one namespace (default: the configured one)."""
+    from retention import archive
+
+    if args.archive_command == "restore":
+        return _run(lambda: archive.archive_restore(memory_id=args.id, namespace=_ns(args), actor="cli", tier=args.tier))
+    query = args.query if args.archive_command == "search" else None
+    return _run(lambda: {"entries": archive.archive_entries(namespace=_ns(args), query=query, limit=args.limit)})
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    """backup create | list | restore PATH; the CLI runs on the server, so restore reads any path."""
+    from memories import backup
+
+    if args.backup_command == "create":
+        return _run(lambda: backup.backup_create(actor="cli").as_dict())
+    if args.backup_command == "list":
+        return _run(lambda: {"backups": [info.as_dict() for info in backup.backups_list()]})
+    return _run(lambda: backup.backup_restore(path=os.path.abspath(args.path), actor="cli", allow_any_path=True))
+
+
 def add_store_commands(sub: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
     def command(name: str, helptext: str, func: Callable[[argparse.Namespace], int], parent: Any = sub) -> argparse.ArgumentParser:  # noqa: ANN401
         parser = parent.add_parser(name, help=helptext)
@@ -157,3 +186,24 @@ def add_store_commands(sub: Any) -> None:  # noqa: ANN401 - argparse's subparser
                               choices=("company-values", "architecture", "coding-requirements", "custom"))
     category_set.add_argument("--content")
     command("delete", "delete a category", cmd_category, category).add_argument("name")
+
+    gc = sub.add_parser("gc", help="archive and delete expired memories now")
+    gc.add_argument("--consolidate", action="store_true", help="first mark long-unused, unimportant memories stale")
+    gc.add_argument("--dry-run", action="store_true", help="count what would be archived and deleted; change nothing")
+    gc.add_argument("--tier", choices=("T1", "T2", "T3"), help="only this tier (T0 never expires)")
+    gc.set_defaults(func=cmd_gc)
+    archive = sub.add_parser("archive", help="memories removed by the cleanup").add_subparsers(dest="archive_command", required=True)
+    command("list", "recently archived", cmd_archive, archive).add_argument("--limit", type=int, default=20)
+    archive_search = command("search", "archived memories matching a query", cmd_archive, archive)
+    archive_search.add_argument("query")
+    archive_search.add_argument("--limit", type=int, default=20)
+    archive_restore = command("restore", "bring one back (same id, T2 unless --tier)", cmd_archive, archive)
+    archive_restore.add_argument("id")
+    archive_restore.add_argument("--tier", default="T2", choices=TIERS)
+
+    backups = sub.add_parser("backup", help="whole-store backups (.bhgb)").add_subparsers(dest="backup_command", required=True)
+    backups.add_parser("create", help="back up every namespace into <data_dir>/backups").set_defaults(func=cmd_backup)
+    backups.add_parser("list", help="list known backups").set_defaults(func=cmd_backup)
+    restore = backups.add_parser("restore", help="replace the store with a .bhgb backup (the current one is saved first)")
+    restore.add_argument("path")
+    restore.set_defaults(func=cmd_backup)

@@ -37,7 +37,7 @@ from django.utils.dateparse import parse_datetime
 from bhgbrain_site.errors import InvalidInput, NotFound
 from categories.models import Category, CategoryRevision
 from memories.models import (
-    AuditLog, BackupRecord, BootstrapSession, Collection, Memory, MemoryRevision, MemoryType,
+    AuditLog, BackupRecord, BootstrapSession, Collection, Memory, MemoryRevision, MemorySource, MemoryType,
     Operation, RetentionTier, VectorChange,
 )
 from memories.selectors import iso
@@ -426,7 +426,8 @@ def _json_list(value: Any) -> list[Any]:
     return parsed if isinstance(parsed, list) else []
 
 
-def _choice(value: Any, allowed: Iterable[str], default: str) -> str:
+def choice_or(value: Any, allowed: Iterable[str], default: str) -> str:
+    """``value`` if it is one of ``allowed`` (foreign data: old backups, Qdrant payloads), else ``default``."""
     return value if value in set(allowed) else default
 
 
@@ -440,15 +441,15 @@ def _memory_from(row: sqlite3.Row, now: datetime, model_id: str | None) -> Memor
         memory_id = uuid.uuid4()
     return Memory(
         id=memory_id, namespace=str(row["namespace"])[:200], collection=str(_get(row, "collection", "general"))[:100],
-        type=_choice(_get(row, "type"), MemoryType.values, MemoryType.SEMANTIC), category=_get(row, "category"),
+        type=choice_or(_get(row, "type"), MemoryType.values, MemoryType.SEMANTIC), category=_get(row, "category"),
         content=str(row["content"]), summary=str(_get(row, "summary", ""))[:120], tags=tags,
-        source=_choice(_get(row, "source"), ("cli", "api", "agent", "import"), "import"),
+        source=choice_or(_get(row, "source"), MemorySource.values, MemorySource.IMPORT),
         checksum=str(row["checksum"]), importance=min(1.0, max(0.0, float(_get(row, "importance", 0.5)))),
-        retention_tier=_choice(_get(row, "retention_tier"), RetentionTier.values, RetentionTier.T2),
+        retention_tier=choice_or(_get(row, "retention_tier"), RetentionTier.values, RetentionTier.T2),
         expires_at=_when(_get(row, "expires_at")), decay_eligible=bool(_get(row, "decay_eligible", 1)),
         review_due=_when(_get(row, "review_due")), access_count=max(0, int(_get(row, "access_count", 0))),
         last_accessed=_when(_get(row, "last_accessed")),
-        last_operation=_choice(_get(row, "last_operation"), Operation.values, Operation.ADD),
+        last_operation=choice_or(_get(row, "last_operation"), Operation.values, Operation.ADD),
         merged_from=_get(row, "merged_from"), stale=bool(_get(row, "stale", 0)), archived=bool(_get(row, "archived", 0)),
         device_id=_get(row, "device_id"), embedding=bytes(embedding) if embedding is not None else None,
         embedding_model=embedding_model if embedding is not None else "",
@@ -544,11 +545,11 @@ def _archived_from(row: sqlite3.Row, now: datetime) -> ArchivedMemory:
     return ArchivedMemory(
         memory_id=_uuid_or_none(row["memory_id"]) or uuid.uuid4(), namespace=str(row["namespace"])[:200],
         collection=str(_get(row, "collection", "general"))[:100],
-        type=_choice(_get(row, "type"), MemoryType.values, MemoryType.SEMANTIC), category=_get(row, "category"),
+        type=choice_or(_get(row, "type"), MemoryType.values, MemoryType.SEMANTIC), category=_get(row, "category"),
         content=content, summary=summary[:120], tags=[t for t in _json_list(_get(row, "tags", "[]")) if isinstance(t, str)],
-        source=_choice(_get(row, "source"), ("cli", "api", "agent", "import"), "import"),
+        source=choice_or(_get(row, "source"), MemorySource.values, MemorySource.IMPORT),
         checksum=str(_get(row, "checksum", checksum(content))), importance=min(1.0, max(0.0, float(_get(row, "importance", 0.5)))),
-        tier=_choice(_get(row, "tier"), RetentionTier.values, RetentionTier.T2),
+        tier=choice_or(_get(row, "tier"), RetentionTier.values, RetentionTier.T2),
         access_count=max(0, int(_get(row, "access_count", 0))), last_accessed=_when(_get(row, "last_accessed")),
         device_id=_get(row, "device_id"), embedding=bytes(embedding) if embedding is not None else None,
         embedding_model=_get(row, "embedding_model", "") if embedding is not None else "",

@@ -22,8 +22,9 @@ from django.utils import timezone
 
 from bhgbrain_site.errors import InvalidInput
 from memories import normalize
+from memories.backup import choice_or
 from memories.embeddings import to_bytes
-from memories.models import AuditLog, Memory, MemoryType, Operation, RetentionTier, VectorChange
+from memories.models import AuditLog, Memory, MemorySource, MemoryType, Operation, RetentionTier, VectorChange
 from memories.vector_index import get_vector_index, sync_after_commit
 from search import fulltext
 
@@ -58,10 +59,6 @@ def _when(payload: dict[str, Any], key: str) -> datetime | None:
     return None
 
 
-def _choice(value: Any, allowed: list[str], default: str) -> str:
-    return value if value in allowed else default
-
-
 def memory_from_point(point: Any, model_id: str, dimensions: int) -> Memory:
     """A Memory row from a Qdrant point; raises ValueError on a payload it cannot trust."""
     payload = point.payload or {}
@@ -70,7 +67,7 @@ def memory_from_point(point: Any, model_id: str, dimensions: int) -> Memory:
     if not namespace or not content:
         raise ValueError("payload without namespace or content")
     tags = [t for t in payload.get("tags") or [] if isinstance(t, str)][:20]
-    tier = _choice(payload.get("retention_tier"), RetentionTier.values, RetentionTier.T2)
+    tier = choice_or(payload.get("retention_tier"), RetentionTier.values, RetentionTier.T2)
     decay = bool(payload.get("decay_eligible", tier != "T0"))
     vector = point.vector if isinstance(point.vector, list) else None
     synced = vector is not None and len(vector) == dimensions
@@ -78,9 +75,9 @@ def memory_from_point(point: Any, model_id: str, dimensions: int) -> Memory:
     return Memory(
         id=uuid.UUID(str(point.id)), namespace=namespace[:200],
         collection=str(payload.get("collection") or "general")[:100],
-        type=_choice(payload.get("type"), MemoryType.values, MemoryType.SEMANTIC), category=payload.get("category"),
+        type=choice_or(payload.get("type"), MemoryType.values, MemoryType.SEMANTIC), category=payload.get("category"),
         content=content, summary=str(payload.get("summary") or normalize.make_summary(content))[:120], tags=tags,
-        source=_choice(payload.get("source"), ["cli", "api", "agent", "import"], "agent"),
+        source=choice_or(payload.get("source"), MemorySource.values, MemorySource.AGENT),
         checksum=normalize.checksum(content), importance=min(1.0, max(0.0, float(payload.get("importance", 0.5)))),
         retention_tier=tier, decay_eligible=decay, expires_at=_when(payload, "expires_at") if decay else None,
         device_id=payload.get("device_id") or settings.BHGBRAIN_DEVICE_ID, last_operation=Operation.ADD,
