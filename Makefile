@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-postgres bench install clean
+.PHONY: run test test-postgres lint bench install clean
 
 run: $(STAMP)  ## install if needed, migrate, start server + scheduler on 127.0.0.1:3721
 	$(BIN)/bhgbrain server start
@@ -14,6 +14,10 @@ test: $(STAMP)  ## the whole test suite (SQLite; set DATABASE_URL for PostgreSQL
 
 test-postgres: $(STAMP)  ## the whole suite against PostgreSQL on 127.0.0.1:5432
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres} $(BIN)/pytest
+
+lint: $(STAMP)  ## the import contracts (.importlinter) and ruff
+	$(BIN)/lint-imports
+	$(BIN)/ruff check .
 
 bench: $(STAMP)  ## write-path latency benchmark
 	$(BIN)/python bench/remember_latency.py

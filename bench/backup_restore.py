@@ -2,7 +2,7 @@
 
 For each store size the store is bulk-loaded like bench/search_latency.py (real e5 sentence
 vectors, cached), then ``--runs`` backups are created and restored through the product's
-services (``memories.backup``). It prints p50/max seconds, throughput (memories/s), the file
+services (``retention.backup_export`` and ``retention.backup_import``). It prints p50/max seconds, throughput (memories/s), the file
 size, and the first search after a restore (the indexes reload from the change feed's reset).
 
 Usage (from the repository root)::
@@ -47,16 +47,16 @@ def _timed(call) -> tuple[float, object]:  # noqa: ANN001
 
 
 def run_size(size: int, args: argparse.Namespace, sentences: list[str], vectors, embedder) -> None:  # noqa: ANN001
-    from memories import backup
+    from retention import backup_export, backup_import
 
     lat.bulk_load(size, ["global"], sentences, vectors, embedder, args.seed)
     creates, restores, firsts, sizes = [], [], [], []
     question = lat.make_questions(1, random.Random(args.seed))[0]
     for _ in range(args.runs):
-        seconds, info = _timed(lambda: backup.backup_create(actor="bench"))
+        seconds, info = _timed(lambda: backup_export.backup_create(actor="bench"))
         creates.append(seconds)
         sizes.append(info.size_bytes)
-        seconds, _ = _timed(lambda: backup.backup_restore(path=info.path, actor="bench"))
+        seconds, _ = _timed(lambda path=info.path: backup_import.backup_restore(path=path, actor="bench"))
         restores.append(seconds)
         seconds, _ = _timed(lambda: lat.search_call(question, "global", "hybrid"))
         firsts.append(seconds)

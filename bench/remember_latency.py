@@ -66,6 +66,7 @@ MAX_FILL_FACTOR = 3  # (a) gives up after N * 3 calls if merges keep the store f
 
 from machine import MemorySnapshot, cpu_model, load_average, memory_snapshot, package_version, usable_cpus  # noqa: E402
 
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Latency of the remember write path (see bench/README.md).")
     parser.add_argument("--n", type=int, default=1000, help="memories in the store after phase (a); default 1000")
@@ -381,7 +382,7 @@ class PhaseResult:
 
     def subset(self, name: str, keep: Callable[[int, str | None], bool]) -> PhaseResult:
         """The calls for which ``keep(index, operation)`` is true; wall time becomes the sum of their latencies."""
-        picked = [(ms, op) for i, (ms, op) in enumerate(zip(self.latencies_ms, self.operations)) if keep(i, op)]
+        picked = [(ms, op) for i, (ms, op) in enumerate(zip(self.latencies_ms, self.operations, strict=True)) if keep(i, op)]
         latencies = [ms for ms, _ in picked]
         return PhaseResult(name, sum(latencies) / 1e3, latencies, [op for _, op in picked])
 
@@ -510,7 +511,7 @@ def add_growth_slices(adds: PhaseResult, slices: int = 4) -> list[PhaseResult]:
 
 def outcomes_by_transform(near: Sequence[NearDuplicate], phase: PhaseResult) -> dict[str, dict[str, int]]:
     counts: dict[str, Counter[str]] = {name: Counter() for name in NEAR_DUPLICATE_TRANSFORMS}
-    for item, operation in zip(near, phase.operations):
+    for item, operation in zip(near, phase.operations, strict=False):
         if operation is not None:
             counts[item.transform][operation] += 1
     return {name: dict(c) for name, c in counts.items()}

@@ -135,7 +135,8 @@ def _sweep(queries: list[dict], mapping: dict[str, list[str]]) -> None:
     for fusion in ("rrf", "minmax", "zscore"):
         for depth in (20, 50, 100, 200):
             for ws in (0.2, 0.3, 0.4, 0.5, 0.6):
-                variants.append((f"{fusion} d{depth} w{ws}", replace(base, fusion=fusion, depth=depth, semantic_weight=ws, fulltext_weight=round(1 - ws, 2))))
+                params = replace(base, fusion=fusion, depth=depth, semantic_weight=ws, fulltext_weight=round(1 - ws, 2))
+                variants.append((f"{fusion} d{depth} w{ws}", params))
     best = []
     for name, params in variants:
         per_query = []

@@ -52,8 +52,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
 import numpy as np  # noqa: E402
+
+import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
 
 if TYPE_CHECKING:
     from memories.embeddings import Embedder
@@ -75,6 +76,7 @@ SENTENCES_PER_MEMORY = ((1, 0.35), (2, 0.45), (3, 0.20))  # (sentences joined, p
 
 
 from machine import cpu_model, load_average, memory_snapshot, package_version, usable_cpus  # noqa: E402
+
 
 def _sizes(text: str) -> list[int]:
     try:

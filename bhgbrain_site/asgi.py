@@ -1,20 +1,22 @@
 """ASGI entry point (uvicorn): Django for everything, the MCP streamable-HTTP app at /mcp."""
 from __future__ import annotations
 
-import json
 import os
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bhgbrain_site.settings")
 django_app = get_asgi_application()
 
+from asgiref.sync import sync_to_async  # noqa: E402
 from django.conf import settings  # noqa: E402 - needs the app registry
 
-from bhgbrain_site.errors import envelope  # noqa: E402
-from bhgbrain_site.security import http_guard, is_loopback  # noqa: E402
-from mcp_bridge.server import build_server  # noqa: E402
+from bhgbrain_site.errors import AuthRequired  # noqa: E402
+from bhgbrain_site.security import http_guard, is_loopback, respond_error  # noqa: E402
+from mcp_bridge.server import PRINCIPAL_SCOPE_KEY, build_server  # noqa: E402
+from memories.tokens import principal_for  # noqa: E402
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -37,19 +39,14 @@ def _mcp_app() -> Any:
 mcp_app = _mcp_app()
 
 
-async def _deny(send: Send, status: int, body: dict[str, Any]) -> None:
-    raw = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
-    await send({"type": "http.response.body", "body": raw})
-
-
-async def _mcp_authorized(scope: Scope) -> bool:
-    from asgiref.sync import sync_to_async
-
-    from mcp_bridge.tokens import principal_for
-
+async def _authenticate(scope: Scope) -> bool:
+    """Find the caller's principal and leave it in the scope for the MCP server; False if none."""
     header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-    return await sync_to_async(principal_for, thread_sensitive=False)(header) is not None
+    principal = await sync_to_async(principal_for, thread_sensitive=False)(header)
+    if principal is None:
+        return False
+    scope[PRINCIPAL_SCOPE_KEY] = principal
+    return True
 
 
 async def _route(scope: Scope, receive: Receive, send: Send) -> None:
@@ -58,8 +55,8 @@ async def _route(scope: Scope, receive: Receive, send: Send) -> None:
         return
     path = scope.get("path", "")
     if path == "/mcp" or path.startswith("/mcp/"):
-        if not await _mcp_authorized(scope):
-            await _deny(send, 401, envelope("AUTH_REQUIRED", "Missing or invalid bearer token", False))
+        if not await _authenticate(scope):
+            await respond_error(send, AuthRequired("Missing or invalid bearer token"))
             return
         await mcp_app(scope, receive, send)
         return

@@ -10,7 +10,8 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def _setup_django(config: str | None) -> None:
@@ -180,9 +181,9 @@ def cmd_server_token(args: argparse.Namespace) -> int:
 
 
 def cmd_health(args: argparse.Namespace) -> int:
-    from bhgbrain_site.health import health_snapshot
+    from bhgbrain_site import registry
 
-    snapshot = health_snapshot()
+    snapshot = registry.call("store.health", {}, registry.CallContext(actor="cli"))
     print(json.dumps(snapshot, indent=2))
     return 0 if snapshot["status"] != "unhealthy" else 1
 
@@ -194,13 +195,13 @@ def _print_result(result: Any) -> None:
 def cmd_tool(args: argparse.Namespace) -> int:
     from django.core.management import call_command
 
+    from bhgbrain_site import registry
     from bhgbrain_site.errors import DomainError, to_envelope
-    from mcp_bridge.registry import CallContext, call_tool
 
     call_command("migrate", interactive=False, verbosity=0)
     try:
         arguments = json.loads(args.arguments)
-        _print_result(call_tool(args.name, arguments, CallContext(actor="cli")))
+        _print_result(registry.call_tool(args.name, arguments, registry.CallContext(actor="cli")))
     except json.JSONDecodeError:
         _err("arguments must be a JSON object")
         return 2
@@ -219,7 +220,7 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     from django.core.management import call_command
 
     from bhgbrain_site.errors import DomainError
-    from mcp_bridge.tokens import token_create
+    from memories.tokens import token_create
 
     call_command("migrate", interactive=False, verbosity=0)
     try:
@@ -234,16 +235,16 @@ def cmd_token_create(args: argparse.Namespace) -> int:
 
 
 def cmd_token_list(args: argparse.Namespace) -> int:
-    from mcp_bridge.models import ApiToken
+    from memories.tokens import tokens_list
 
-    for row in ApiToken.objects.order_by("created_at"):
-        state = "revoked" if row.revoked else ("read-only" if row.read_only else "read-write")
-        print(f"{row.pk}\t{row.name}\t{row.prefix}…\t{state}\t{','.join(row.namespaces)}")
+    for row in tokens_list():
+        state = "revoked" if row["revoked"] else ("read-only" if row["read_only"] else "read-write")
+        print(f"{row['id']}\t{row['name']}\t{row['prefix']}…\t{state}\t{','.join(row['namespaces'])}")
     return 0
 
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:
-    from mcp_bridge.tokens import token_revoke
+    from memories.tokens import token_revoke
 
     updated = token_revoke(prefix=args.prefix, actor="cli")
     _err(f"revoked {updated} token(s)")

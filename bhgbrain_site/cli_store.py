@@ -1,8 +1,9 @@
 """The seed's store commands of the ``bhgbrain`` CLI: list, search, show, tier, stats, audit,
 category, gc, archive, backup.
 
-Each is a thin call into a tool, a resource or a selector, printed as JSON; errors print the
-envelope and exit 1. They run in-process on the configured store (no server needed).
+Each turns its arguments into one operation call (bhgbrain_site.registry) and prints the
+result as JSON; errors print the envelope and exit 1. They run in-process on the configured
+store (no server needed), as the local user (full access).
 """
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Callable
-from urllib.parse import urlencode
+from collections.abc import Callable
+from typing import Any
 
-TIERS = ("T0", "T1", "T2", "T3")
+from bhgbrain_site.contracts import SLOTS, TIERS
 
 
 def _ns(args: argparse.Namespace) -> str:
@@ -22,132 +23,84 @@ def _ns(args: argparse.Namespace) -> str:
     return args.namespace or settings.BHGBRAIN.defaults.namespace
 
 
-def _run(produce: Callable[[], Any]) -> int:
+def _run(operation: str, arguments: dict[str, Any]) -> int:
+    """Migrate if needed, run the operation, print its result (or the error envelope)."""
     from django.core.management import call_command
 
+    from bhgbrain_site import registry
     from bhgbrain_site.errors import DomainError, to_envelope
 
     call_command("migrate", interactive=False, verbosity=0)
     try:
-        result = produce()
+        result, code = registry.call(operation, arguments, registry.CallContext(actor="cli")), 0
     except DomainError as exc:
         result, code = to_envelope(exc)[1], 1
-    else:
-        code = 0
     print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
     return code
 
 
-def _cli() -> Any:  # noqa: ANN401 - a CallContext
-    from mcp_bridge.registry import CallContext
-
-    return CallContext(actor="cli")
-
-
 def cmd_list(args: argparse.Namespace) -> int:
-    from mcp_bridge.resources import read_resource
-
-    query = urlencode({"namespace": _ns(args), "limit": args.limit})
-    return _run(lambda: read_resource(f"memory://list?{query}", _cli()))
+    return _run("memories.list", {"namespace": _ns(args), "limit": args.limit})
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from mcp_bridge.registry import call_tool
-
-    arguments = {"query": args.query, "namespace": _ns(args), "mode": args.mode, "limit": args.limit}
-    return _run(lambda: call_tool("search", arguments, _cli()))
+    return _run("search", {"query": args.query, "namespace": _ns(args), "mode": args.mode, "limit": args.limit})
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from mcp_bridge.resources import read_resource
-
-    return _run(lambda: read_resource(f"memory://{args.id}?{urlencode({'namespace': _ns(args)})}", _cli()))
-
-
-def _tier_view(memory: Any) -> dict[str, Any]:  # noqa: ANN401 - a Memory
-    from memories.selectors import iso
-
-    return {"id": str(memory.id), "namespace": memory.namespace, "summary": memory.summary,
-            "retention_tier": memory.retention_tier, "expires_at": iso(memory.expires_at),
-            "decay_eligible": memory.decay_eligible, "review_due": iso(memory.review_due),
-            "access_count": memory.access_count, "last_accessed": iso(memory.last_accessed)}
+    return _run("memories.get", {"id": args.id, "namespace": _ns(args)})
 
 
 def cmd_tier(args: argparse.Namespace) -> int:
-    from bhgbrain_site.errors import NotFound
-    from memories.selectors import memories_page, memory_get
-    from memories.services import memory_edit
-
-    def show() -> dict[str, Any]:
-        memory = memory_get(memory_id=args.id, namespace=_ns(args))
-        if memory is None:
-            raise NotFound(f"Memory {args.id} not found")
-        return _tier_view(memory)
-
     if args.tier_command == "show":
-        return _run(show)
+        return _run("memories.tier", {"id": args.id, "namespace": _ns(args)})
     if args.tier_command == "set":
-        def change() -> dict[str, Any]:
-            show()  # the memory must exist in the namespace
-            return _tier_view(memory_edit(memory_id=args.id, changes={"retention_tier": args.tier}, actor="cli"))
-
-        return _run(change)
-    return _run(lambda: memories_page(namespace=_ns(args), limit=args.limit, cursor=args.cursor, tier=args.tier))
+        return _run("memories.set_tier", {"id": args.id, "tier": args.tier, "namespace": _ns(args)})
+    page = {"namespace": _ns(args), "limit": args.limit, "tier": args.tier}
+    return _run("memories.list", {**page, "cursor": args.cursor} if args.cursor else page)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from memories.selectors import store_stats
-
-    return _run(lambda: store_stats(by_tier=args.by_tier, expiring=args.expiring))
+    return _run("store.stats", {"by_tier": args.by_tier, "expiring": args.expiring})
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from memories.selectors import audit_entries
-
-    return _run(lambda: {"entries": audit_entries(namespace=_ns(args), limit=args.limit, operation=args.operation)})
+    arguments: dict[str, Any] = {"namespace": _ns(args), "limit": args.limit}
+    return _run("audit.list", {**arguments, "operation": args.operation} if args.operation else arguments)
 
 
 def cmd_category(args: argparse.Namespace) -> int:
-    from mcp_bridge.registry import call_tool
-
     arguments: dict[str, Any] = {"action": args.category_command, "namespace": _ns(args)}
     if args.category_command != "list":
         arguments["name"] = args.name
     if args.category_command == "set":
         content = args.content if args.content is not None else sys.stdin.read()  # the seed's interactive set
         arguments.update(slot=args.slot, content=content)
-    return _run(lambda: call_tool("category", arguments, _cli()))
+    return _run("category", arguments)
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from retention.cleanup import retention_cleanup
-
-    return _run(lambda: retention_cleanup(consolidate=args.consolidate, dry_run=args.dry_run, tier=args.tier).as_dict())
+    arguments: dict[str, Any] = {"consolidate": args.consolidate, "dry_run": args.dry_run}
+    return _run("retention.cleanup", {**arguments, "tier": args.tier} if args.tier else arguments)
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
     """archive list | search QUERY | restore ID, in one namespace (default: the configured one)."""
-    from retention import archive
-
     if args.archive_command == "restore":
-        return _run(lambda: archive.archive_restore(memory_id=args.id, namespace=_ns(args), actor="cli", tier=args.tier))
-    query = args.query if args.archive_command == "search" else None
-    return _run(lambda: {"entries": archive.archive_entries(namespace=_ns(args), query=query, limit=args.limit)})
+        return _run("archive.restore", {"id": args.id, "namespace": _ns(args), "tier": args.tier})
+    arguments: dict[str, Any] = {"namespace": _ns(args), "limit": args.limit}
+    return _run("archive.list", {**arguments, "query": args.query} if args.archive_command == "search" else arguments)
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
     """backup create | list | restore PATH; the CLI runs on the server, so restore reads any path."""
-    from memories import backup
-
-    if args.backup_command == "create":
-        return _run(lambda: backup.backup_create(actor="cli").as_dict())
-    if args.backup_command == "list":
-        return _run(lambda: {"backups": [info.as_dict() for info in backup.backups_list()]})
-    return _run(lambda: backup.backup_restore(path=os.path.abspath(args.path), actor="cli", allow_any_path=True))
+    if args.backup_command == "restore":
+        return _run("backups.restore_file", {"path": os.path.abspath(args.path)})
+    return _run("backup", {"action": args.backup_command})
 
 
-def add_store_commands(sub: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
-    def command(name: str, helptext: str, func: Callable[[argparse.Namespace], int], parent: Any = sub) -> argparse.ArgumentParser:  # noqa: ANN401
+def add_store_commands(sub: Any) -> None:
+    def command(name: str, helptext: str, func: Callable[[argparse.Namespace], int], parent: Any = sub) -> argparse.ArgumentParser:
         parser = parent.add_parser(name, help=helptext)
         parser.add_argument("--namespace", help="default: the configured one")
         parser.set_defaults(func=func)
@@ -182,8 +135,7 @@ def add_store_commands(sub: Any) -> None:  # noqa: ANN401 - argparse's subparser
     command("get", "one category's content", cmd_category, category).add_argument("name")
     category_set = command("set", "create or update (content from --content or stdin)", cmd_category, category)
     category_set.add_argument("name")
-    category_set.add_argument("--slot", default="custom",
-                              choices=("company-values", "architecture", "coding-requirements", "custom"))
+    category_set.add_argument("--slot", default="custom", choices=SLOTS)
     category_set.add_argument("--content")
     command("delete", "delete a category", cmd_category, category).add_argument("name")
 

@@ -15,8 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from bhgbrain_site.contracts import COLLECTION_PATTERN, NAMESPACE_PATTERN, TIERS
+
 DEVICE_ID_RE = re.compile(r"^[a-zA-Z0-9._-]{1,64}$")
-TIERS = ("T0", "T1", "T2", "T3")
 
 
 class _Strict(BaseModel):
@@ -68,8 +69,8 @@ class TransportConfig(_Strict):
 
 
 class DefaultsConfig(_Strict):
-    namespace: str = Field(default="global", pattern=r"^[a-zA-Z0-9/-]{1,200}$")
-    collection: str = Field(default="general", pattern=r"^[a-zA-Z0-9-]{1,100}$")
+    namespace: str = Field(default="global", pattern=NAMESPACE_PATTERN)
+    collection: str = Field(default="general", pattern=COLLECTION_PATTERN)
     recall_limit: int = Field(default=5, ge=1, le=20)
     min_score: float = Field(default=0.6, ge=0.0, le=1.0)
     auto_inject_limit: int = Field(default=10, ge=1, le=100)
@@ -83,7 +84,7 @@ class TierValues(_Strict):
     T3: int | None = 30
 
     @model_validator(mode="after")
-    def _non_negative(self) -> "TierValues":
+    def _non_negative(self) -> TierValues:
         for tier in TIERS:
             value = getattr(self, tier)
             if value is not None and value < 1:
@@ -133,7 +134,7 @@ class HybridWeights(_Strict):
     fulltext: float = Field(default=0.6, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
-    def _sum_to_one(self) -> "HybridWeights":
+    def _sum_to_one(self) -> HybridWeights:
         if abs(self.semantic + self.fulltext - 1.0) > 1e-6:
             raise ValueError("semantic + fulltext must sum to 1.0")
         return self

@@ -1,7 +1,9 @@
 """One DomainError hierarchy and the one mapping onto the error envelope.
 
 App code raises; :func:`to_envelope` is the only place an exception becomes
-``{"error": {"code", "message", "retryable"}}`` plus an HTTP status.
+``{"error": {"code", "message", "retryable"}}`` plus an HTTP status. Errors raised outside
+our code (DRF, Django, the ASGI guards) become DomainErrors first, with
+:func:`error_for_status`, so every transport answers with the same envelope.
 """
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ class DomainError(Exception):
     http_status = 500
     retryable = False
 
-    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+    def __init__(self, message: str, *, retryable: bool | None = None, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.field = field  # the input field at fault, when one is (forms show the error beside it)
         if retryable is not None:
             self.retryable = retryable
 
@@ -61,6 +64,21 @@ class PayloadTooLarge(InvalidInput):
     http_status = 413
 
 
+_BY_STATUS: dict[int, type[DomainError]] = {
+    400: InvalidInput, 401: AuthRequired, 403: AuthRequired, 404: NotFound, 409: Conflict,
+    413: PayloadTooLarge, 429: RateLimited,
+}
+
+
+def error_for_status(status: int, message: str) -> DomainError:
+    """The DomainError for an HTTP status produced outside our code, keeping that status
+    (405, 406 and 415 stay themselves, with the INVALID_INPUT code)."""
+    kind = _BY_STATUS.get(status) or (DomainError if status >= 500 else InvalidInput)
+    error = kind(message)
+    error.http_status = status
+    return error
+
+
 def describe_validation_error(error: ValidationError) -> str:
     """Name each offending field; never echo the submitted values (they may be secrets)."""
     parts = []
@@ -70,15 +88,19 @@ def describe_validation_error(error: ValidationError) -> str:
     return "Invalid input: " + "; ".join(parts)
 
 
-def envelope(code: str, message: str, retryable: bool) -> dict[str, Any]:
+def _envelope(code: str, message: str, retryable: bool) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "retryable": retryable}}
 
 
 def to_envelope(exc: BaseException) -> tuple[int, dict[str, Any]]:
-    """Map any exception onto (HTTP status, envelope); bugs become INTERNAL without detail."""
+    """Map any exception onto (HTTP status, envelope); bugs become INTERNAL, logged with their
+    traceback, their text never sent to the client."""
     if isinstance(exc, DomainError):
-        return exc.http_status, envelope(exc.code, exc.message, exc.retryable)
+        if exc.http_status >= 500 and type(exc) is DomainError:
+            logger.error("internal error: %s", exc.message)
+            return exc.http_status, _envelope("INTERNAL", "Internal error", False)
+        return exc.http_status, _envelope(exc.code, exc.message, exc.retryable)
     if isinstance(exc, ValidationError):
-        return 400, envelope("INVALID_INPUT", describe_validation_error(exc), False)
+        return 400, _envelope("INVALID_INPUT", describe_validation_error(exc), False)
     logger.error("internal error", exc_info=exc)
-    return 500, envelope("INTERNAL", "Internal error", False)
+    return 500, _envelope("INTERNAL", "Internal error", False)

@@ -1,4 +1,6 @@
-"""In-process Prometheus metrics: counters and real bucketed histograms (p50/p95/p99 derivable)."""
+"""In-process Prometheus metrics: counters and real bucketed histograms (p50/p95/p99 derivable).
+
+The registry records every operation call here; ``GET /metrics`` (bhgbrain_site.http) renders them."""
 from __future__ import annotations
 
 import bisect
@@ -43,7 +45,7 @@ class Metrics:
                       "# TYPE bhgbrain_tool_duration_seconds histogram"]
             for tool, hist in sorted(self._durations.items()):
                 cumulative = 0
-                for bound, count in zip((*BUCKETS, float("inf")), hist.counts):
+                for bound, count in zip((*BUCKETS, float("inf")), hist.counts, strict=True):
                     cumulative += count
                     le = "+Inf" if bound == float("inf") else repr(bound)
                     lines.append(f'bhgbrain_tool_duration_seconds_bucket{{tool="{tool}",le="{le}"}} {cumulative}')
@@ -62,13 +64,3 @@ class Metrics:
 
 metrics = Metrics()
 
-
-def render_metrics() -> str:
-    from bhgbrain_site.security import rate_limiter
-    from memories.models import Memory
-
-    return metrics.render(
-        memory_count=Memory.objects.filter(archived=False).count(),
-        rate_limit_buckets=rate_limiter.buckets(),
-        rate_limited_total=rate_limiter.limited_total,
-    )

@@ -2,19 +2,22 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 import os
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable, Sequence
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
 from bhgbrain_site.config import BHGBrainConfig
-from bhgbrain_site.errors import envelope
+from bhgbrain_site.errors import AuthRequired, DomainError, PayloadTooLarge, RateLimited, to_envelope
+from bhgbrain_site.registry import Principal
+from memories.tokens import principal_for
 
 logger = logging.getLogger("bhgbrain.security")
 PUBLIC_PREFIXES = ("/health", "/admin", "/static")
@@ -58,14 +61,13 @@ def check_binding(config: BHGBrainConfig, host: str) -> list[str]:
     )
 
 
-def _principal(request: HttpRequest):  # noqa: ANN202 - Principal | None
-    from mcp_bridge.tokens import principal_for
-
+def _principal(request: HttpRequest) -> Principal | None:
     return principal_for(request.META.get("HTTP_AUTHORIZATION"))
 
 
 def _denied() -> JsonResponse:
-    return JsonResponse(envelope("AUTH_REQUIRED", "Missing or invalid bearer token", False), status=401)
+    status, body = to_envelope(AuthRequired("Missing or invalid bearer token"))
+    return JsonResponse(body, status=status)
 
 
 @sync_and_async_middleware
@@ -136,9 +138,9 @@ rate_limiter = RateLimiter()
 UNLIMITED_PREFIXES = ("/health",)
 
 
-async def _respond(send: Callable, status: int, body: dict, headers: list[tuple[bytes, bytes]]) -> None:
-    import json
-
+async def respond_error(send: Callable, error: DomainError, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    """An ASGI response carrying ``error``'s envelope (for refusals before Django runs)."""
+    status, body = to_envelope(error)
     raw = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), *headers]})
@@ -186,8 +188,7 @@ def http_guard(app: Callable) -> Callable:
             headers = [(b"x-ratelimit-limit", str(security.rate_limit_rpm).encode()),
                        (b"x-ratelimit-remaining", str(remaining).encode())]
             if not allowed:
-                await _respond(send, 429, envelope("RATE_LIMITED", "Too many requests: retry later", True),
-                               [*headers, (b"retry-after", b"60")])
+                await respond_error(send, RateLimited("Too many requests: retry later"), [*headers, (b"retry-after", b"60")])
                 return
         limit = security.max_request_size_bytes
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -196,7 +197,7 @@ def http_guard(app: Callable) -> Callable:
         if not too_large and scope.get("method") in ("POST", "PUT", "PATCH"):
             messages, too_large = await _bounded_body(receive, limit)
         if too_large:
-            await _respond(send, 413, envelope("INVALID_INPUT", f"Request body exceeds {limit} bytes", False), headers)
+            await respond_error(send, PayloadTooLarge(f"Request body exceeds {limit} bytes"), headers)
             return
 
         async def replay() -> dict:

@@ -133,13 +133,14 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
     "UNAUTHENTICATED_USER": None,
-    "EXCEPTION_HANDLER": "bhgbrain_site.api.exception_handler",
+    "EXCEPTION_HANDLER": "bhgbrain_site.rest.exception_handler",
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "BHGBrain API",
-    "DESCRIPTION": "Persistent memory for AI agents. Every endpoint but /health needs `Authorization: Bearer <token>` when a token is configured.",
+    "DESCRIPTION": "Persistent memory for AI agents. Every endpoint but /health needs "
+                   "`Authorization: Bearer <token>` when a token is configured.",
     "VERSION": "0.1.0",
     "OAS_VERSION": "3.1.0",  # the tool models' optional fields use JSON Schema's null type
     "SERVE_INCLUDE_SCHEMA": False,

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from categories.models import Category, CategoryRevision
+from categories.services import category_delete, category_set
 
 
 class RevisionInline(admin.TabularInline):
@@ -25,8 +26,6 @@ class CategoryAdmin(admin.ModelAdmin):
         return (*self.readonly_fields, "namespace", "name") if obj is not None else self.readonly_fields
 
     def delete_model(self, request, obj) -> None:  # noqa: ANN001
-        from categories.services import category_delete
-
         category_delete(namespace=obj.namespace, name=obj.name, actor=f"admin:{request.user.get_username()}")
 
     def delete_queryset(self, request, queryset) -> None:  # noqa: ANN001
@@ -35,7 +34,5 @@ class CategoryAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001 - Django admin API
         """Edits go through the service, so they get a revision and an audit row."""
-        from categories.services import category_set
-
         category_set(namespace=obj.namespace, name=obj.name, slot=obj.slot, content=obj.content,
                      actor=f"admin:{request.user.get_username()}")

@@ -1,37 +1,38 @@
-"""REST API: policy categories (the category tool)."""
+"""REST: policy categories (the category tool, as a DRF viewset)."""
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from bhgbrain_site.api import call_context
-from bhgbrain_site.api import json_object as _body
-from bhgbrain_site.api import namespace_arg as _ns
-from mcp_bridge.registry import call_tool
-from mcp_bridge.tools import CategoryParams
+from bhgbrain_site.registry import input_model
+from bhgbrain_site.rest import OperationViewSet
 
-NAMESPACE = OpenApiParameter("namespace", str)
+NAMESPACE = OpenApiParameter("namespace", str, description="namespace (default: the configured one)")
+NAME = OpenApiParameter("name", str, OpenApiParameter.PATH, description="the category's name")
 
 
-class CategoryListView(APIView):
+class CategoryViewSet(OperationViewSet):
+    lookup_url_kwarg = "name"
+    lookup_value_regex = "[^/]+"  # names may hold dots
+
     @extend_schema(parameters=[NAMESPACE], responses=OpenApiTypes.OBJECT, operation_id="categories_list")
-    def get(self, request: Request) -> Response:
-        return Response(call_tool("category", {"action": "list", **_ns(request)}, call_context(request)))
+    def list(self, request: Request) -> Response:
+        """The categories of a namespace, with previews."""
+        return self.run("category", {**self.query("namespace"), "action": "list"}, coerce=True)
 
-    @extend_schema(request=CategoryParams, responses=OpenApiTypes.OBJECT)
-    def post(self, request: Request) -> Response:
-        """Create or update a category ({"name", "slot", "content", "namespace"})."""
-        return Response(call_tool("category", {**_body(request), "action": "set"}, call_context(request)))
+    @extend_schema(request=input_model("category"), responses=OpenApiTypes.OBJECT)
+    def create(self, request: Request) -> Response:
+        """Create or update a category ({"name", "slot", "content", "namespace"}): a new revision."""
+        return self.run("category", {**self.body(), "action": "set"})
 
+    @extend_schema(parameters=[NAME, NAMESPACE], responses=OpenApiTypes.OBJECT)
+    def retrieve(self, request: Request, name: str) -> Response:
+        """One category with its full content."""
+        return self.run("category", {**self.query("namespace"), "action": "get", "name": name}, coerce=True)
 
-class CategoryDetailView(APIView):
-    @extend_schema(parameters=[NAMESPACE], responses=OpenApiTypes.OBJECT)
-    def get(self, request: Request, name: str) -> Response:
-        return Response(call_tool("category", {"action": "get", "name": name, **_ns(request)}, call_context(request)))
-
-    @extend_schema(parameters=[NAMESPACE], responses=OpenApiTypes.OBJECT)
-    def delete(self, request: Request, name: str) -> Response:
-        return Response(call_tool("category", {"action": "delete", "name": name, **_ns(request)}, call_context(request)))
+    @extend_schema(parameters=[NAME, NAMESPACE], responses=OpenApiTypes.OBJECT)
+    def destroy(self, request: Request, name: str) -> Response:
+        """Delete a category."""
+        return self.run("category", {**self.query("namespace"), "action": "delete", "name": name}, coerce=True)

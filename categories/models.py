@@ -3,17 +3,14 @@ from __future__ import annotations
 
 from django.db import models
 
+from bhgbrain_site.contracts import CATEGORY_NAME_MAX, NAMESPACE_MAX, SLOTS
 
-class Slot(models.TextChoices):
-    COMPANY_VALUES = "company-values"
-    ARCHITECTURE = "architecture"
-    CODING_REQUIREMENTS = "coding-requirements"
-    CUSTOM = "custom"
+Slot = models.TextChoices("Slot", [(name.upper().replace("-", "_"), name) for name in SLOTS])
 
 
 class Category(models.Model):
-    namespace = models.CharField(max_length=200, default="global")
-    name = models.CharField(max_length=100)
+    namespace = models.CharField(max_length=NAMESPACE_MAX, default="global")
+    name = models.CharField(max_length=CATEGORY_NAME_MAX)
     slot = models.CharField(max_length=32, choices=Slot.choices, default=Slot.CUSTOM)
     content = models.TextField()
     revision = models.PositiveIntegerField(default=1)

@@ -9,8 +9,7 @@ from django.utils import timezone
 from bhgbrain_site.errors import NotFound
 from categories.models import Category, CategoryRevision
 from categories.selectors import category_to_dict
-from memories import normalize
-from memories.models import AuditLog
+from memories import changes, normalize
 
 
 def category_set(*, namespace: str, name: str, slot: str, content: str, actor: str) -> dict[str, Any]:
@@ -29,21 +28,18 @@ def category_set(*, namespace: str, name: str, slot: str, content: str, actor: s
             category.slot, category.content, category.updated_at = slot, text, now
             category.revision += 1
             category.save()
-        AuditLog.objects.create(
-            timestamp=now, namespace=namespace, operation="CATEGORY_SET", client_id=actor,
-            details={"name": name, "slot": slot, "revision": category.revision},
-        )
+        changes.audit(operation="CATEGORY_SET", actor=actor, namespace=namespace, at=now,
+                      details={"name": name, "slot": slot, "revision": category.revision})
     return category_to_dict(category, full=True)
 
 
 def category_delete(*, namespace: str, name: str, actor: str) -> dict[str, Any]:
+    """Delete a category (its revisions go with it); audited."""
     with transaction.atomic():
         category = Category.objects.select_for_update().filter(namespace=namespace, name=name).first()
         if category is None:
             raise NotFound(f'Category "{name}" not found')
         category.delete()
-        AuditLog.objects.create(
-            timestamp=timezone.now(), namespace=namespace, operation="CATEGORY_DELETE", client_id=actor,
-            details={"name": name, "revision": category.revision},
-        )
+        changes.audit(operation="CATEGORY_DELETE", actor=actor, namespace=namespace,
+                      details={"name": name, "revision": category.revision})
     return {"ok": True, "name": name}

@@ -1,8 +1,11 @@
-"""The MCP server (mcp SDK 2.x low-level ``Server``): tools and resources from the registries.
+"""The MCP server (mcp SDK 2.x low-level ``Server``): the registry's tools and resources.
 
-Tool results carry the JSON both as ``structuredContent`` and as one text block; a
-DomainError becomes ``isError: true`` with the error envelope. Service calls are
-synchronous Django code, so they run in worker threads.
+This package is the MCP transport only: it imports the operation registry
+(bhgbrain_site.registry), never an app. Tool results carry the JSON both as
+``structuredContent`` and as one text block; a DomainError becomes ``isError: true`` with the
+error envelope. Operations are synchronous Django code, so they run in worker threads. Over
+HTTP the ASGI shell authenticates the request and leaves the caller's principal in the scope
+(``PRINCIPAL_SCOPE_KEY``); over stdio the caller is the local user.
 """
 from __future__ import annotations
 
@@ -15,12 +18,17 @@ import anyio
 from mcp import types
 from mcp.server.lowlevel import Server
 
+from bhgbrain_site import registry
 from bhgbrain_site.errors import to_envelope
+from bhgbrain_site.registry import CallContext, Principal
 
 logger = logging.getLogger("bhgbrain.mcp")
 
-# Django-dependent modules (registry, resources) are imported on first use: over stdio the
-# server answers `initialize` while Django is still starting in a background thread.
+PRINCIPAL_SCOPE_KEY = "bhgbrain.principal"
+NO_ACCESS = Principal(name="none", namespaces=frozenset(), read_only=True)
+
+# Over stdio the server answers `initialize` while Django is still starting in a background
+# thread; every call that reaches the registry (it loads the apps' operations) waits for it.
 _ready = threading.Event()
 _ready.set()  # the HTTP server starts Django first; stdio clears this until it is up
 _startup_error: list[BaseException] = []
@@ -42,38 +50,27 @@ def _json(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, default=str)
 
 
-def _caller(ctx: Any, transport: str) -> Any:
-    """stdio is the local user (full access); over HTTP the bearer token decides."""
-    from mcp_bridge.registry import CallContext
-    from mcp_bridge.tokens import principal_for
-
+def _caller(ctx: Any, transport: str) -> CallContext:
+    """stdio is the local user (full access); over HTTP the principal the ASGI shell found."""
     request = getattr(ctx, "request", None)
     if transport == "stdio" or request is None:
         return CallContext(actor=f"mcp:{transport}")
     peer = request.client.host if getattr(request, "client", None) else "unknown"
-    principal = principal_for(request.headers.get("authorization"))
-    if principal is None:  # the ASGI layer already refused these; never widen access here
-        from mcp_bridge.tokens import Principal
-
-        principal = Principal(name="none", namespaces=frozenset(), read_only=True)
+    principal = request.scope.get(PRINCIPAL_SCOPE_KEY) or NO_ACCESS  # never widen access here
     return CallContext(actor=f"mcp:http:{peer}", principal=principal)
 
 
 def tool_definitions() -> list[types.Tool]:
     _wait_ready()
-    from mcp_bridge.registry import all_tools
-
     return [
         types.Tool(name=t.name, description=t.description, input_schema=t.input_model.model_json_schema())
-        for t in all_tools()
+        for t in registry.tools()
     ]
 
 
-def _run_tool(name: str, arguments: dict[str, Any], caller: Any) -> types.CallToolResult:
-    from mcp_bridge.registry import call_tool
-
+def _run_tool(name: str, arguments: dict[str, Any], caller: CallContext) -> types.CallToolResult:
     try:
-        result = call_tool(name, arguments, caller)
+        result = registry.call_tool(name, arguments, caller)
     except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope (bugs → INTERNAL)
         _status, body = to_envelope(exc)
         return types.CallToolResult(content=[types.TextContent(type="text", text=_json(body))], structured_content=body, is_error=True)
@@ -102,11 +99,9 @@ def build_server(transport: str) -> Server[Any]:
 
         return await anyio.to_thread.run_sync(work)
 
-    def resource_table() -> list[Any]:
+    def resource_table() -> list[registry.Resource]:
         _wait_ready()
-        from mcp_bridge.resources import RESOURCES
-
-        return RESOURCES
+        return registry.resources()
 
     async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         resources = await anyio.to_thread.run_sync(resource_table)
@@ -127,10 +122,8 @@ def build_server(transport: str) -> Server[Any]:
 
         def work() -> types.ReadResourceResult:
             _wait_ready()
-            from mcp_bridge.resources import read_resource
-
             try:
-                body = read_resource(uri, _caller(ctx, transport))
+                body = registry.read_resource(uri, _caller(ctx, transport))
             except Exception as exc:  # noqa: BLE001 - the envelope is the resource's content
                 _status, body = to_envelope(exc)
                 body = {**body, "isError": True}

@@ -1,10 +1,17 @@
 from __future__ import annotations
 
-from django import forms
-from django.contrib import admin
+from typing import Any
 
+from django import forms
+from django.contrib import admin, messages
+
+from bhgbrain_site.admin_base import ReadOnlyAdmin
+from bhgbrain_site.contracts import is_namespace
 from bhgbrain_site.errors import DomainError
-from memories.models import AuditLog, BackupRecord, Collection, Memory, MemoryRevision
+from memories.curation import EDITABLE_FIELDS, memory_edit, memory_edit_check
+from memories.models import ApiToken, AuditLog, Collection, Memory, MemoryRevision
+from memories.services import memory_forget
+from memories.tokens import token_create
 
 
 class MemoryForm(forms.ModelForm):
@@ -15,30 +22,14 @@ class MemoryForm(forms.ModelForm):
         exclude = ("embedding",)
 
     def clean(self) -> dict:
-        from memories.services import EDITABLE_FIELDS, memory_edit_check
-
         cleaned = super().clean()
         changes = {f: cleaned[f] for f in self.changed_data if f in EDITABLE_FIELDS and f in cleaned}
         if self.instance.pk is not None and changes:
             try:
                 memory_edit_check(Memory.objects.get(pk=self.instance.pk), changes)
             except DomainError as exc:
-                field = exc.message.split(":", 1)[0]
-                self.add_error(field if field in changes else None, exc.message)
+                self.add_error(exc.field if exc.field in changes else None, exc.message)
         return cleaned
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows written only by the product (audit, revisions, backups): shown, never changed here."""
-
-    def has_add_permission(self, request) -> bool:  # noqa: ANN001 - Django admin API
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False
 
 
 @admin.register(Memory)
@@ -54,8 +45,6 @@ class MemoryAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001 - Django admin API
         """Edits go through the service: re-normalised, re-embedded, re-indexed, audited."""
-        from memories.services import EDITABLE_FIELDS, memory_edit
-
         if not change:
             raise PermissionError("create memories with the remember tool")
         changes = {field: form.cleaned_data[field] for field in form.changed_data if field in EDITABLE_FIELDS}
@@ -67,8 +56,6 @@ class MemoryAdmin(admin.ModelAdmin):
 
     def delete_model(self, request, obj) -> None:  # noqa: ANN001
         """Deleting is forgetting: audited, and every index (other processes, Qdrant) is told."""
-        from memories.services import memory_forget
-
         memory_forget(memory_id=str(obj.pk), namespace=obj.namespace, actor=f"admin:{request.user.get_username()}")
 
     def delete_queryset(self, request, queryset) -> None:  # noqa: ANN001
@@ -101,6 +88,45 @@ class MemoryRevisionAdmin(ReadOnlyAdmin):
     list_display = ("memory_id", "revision", "updated_at", "updated_by")
 
 
-@admin.register(BackupRecord)
-class BackupRecordAdmin(ReadOnlyAdmin):
-    list_display = ("path", "memory_count", "size_bytes", "created_at")
+
+class ApiTokenForm(forms.ModelForm):
+    namespaces = forms.CharField(help_text="comma-separated namespaces, e.g. alice,project/alpha")
+
+    class Meta:
+        model = ApiToken
+        fields = ("name", "namespaces", "read_only", "revoked")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:  # shown as typed: alice,project/alpha (not a Python list)
+            self.initial["namespaces"] = ",".join(self.instance.namespaces or [])
+
+    def clean_namespaces(self) -> list[str]:
+        items = [n.strip() for n in str(self.cleaned_data["namespaces"]).split(",") if n.strip()]
+        if not items:
+            raise forms.ValidationError("a scoped token needs at least one namespace")
+        bad = [n for n in items if not is_namespace(n)]
+        if bad:
+            raise forms.ValidationError(f"{bad[0][:50]!r} is not a valid namespace (letters, digits, / and -)")
+        return sorted(set(items))
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    form = ApiTokenForm
+    list_display = ("name", "prefix", "namespaces", "read_only", "revoked", "created_at", "last_used_at")
+    list_filter = ("read_only", "revoked")
+
+    def get_fields(self, request, obj=None) -> list[str]:  # noqa: ANN001 - Django admin API
+        fields = list(super().get_fields(request, obj))
+        return fields if obj is not None else [f for f in fields if f != "revoked"]  # new tokens are live
+
+    def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001 - Django admin API
+        """New tokens go through the service: hashed storage, the value shown once."""
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        row, plain = token_create(name=obj.name, namespaces=obj.namespaces, read_only=obj.read_only,
+                                  actor=f"admin:{request.user.get_username()}")
+        obj.pk = row.pk
+        messages.warning(request, f"Token created. Copy it now, it is not stored: {plain}")

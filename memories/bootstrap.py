@@ -34,8 +34,10 @@ SECTIONS: tuple[Section, ...] = (
     Section(1, "Identity & Role", "identity", "semantic", "T0", 1.0, ("identity", "role", "profile"), ("identity", "role", "who"),
             ("What is your name and job title?", "What organisation do you work for, and what is your primary role there?",
              "Which parts of your role face customers, and which are internal?")),
-    Section(2, "Responsibilities & Outcomes", "responsibilities", "semantic", "T1", 0.8, ("responsibilities",), ("responsibilit", "outcome"),
-            ("What are you accountable for?", "Which outcomes are you measured on?", "Where do you have influence without ownership?")),
+    Section(2, "Responsibilities & Outcomes", "responsibilities", "semantic", "T1", 0.8, ("responsibilities",),
+            ("responsibilit", "outcome"),
+            ("What are you accountable for?", "Which outcomes are you measured on?",
+             "Where do you have influence without ownership?")),
     Section(3, "Goals & Priorities", "goals", "semantic", "T1", 0.75, ("goals",), ("goal", "priorit"),
             ("What must get done in the next 30 days?", "What are this quarter's priorities?", "What do you want to achieve this year?")),
     Section(4, "Communication Style", "communication", "semantic", "T2", 0.55, ("communication",), ("communication", "style"),
@@ -46,16 +48,20 @@ SECTIONS: tuple[Section, ...] = (
             ("Which systems are the source of truth for your work?", "Which platforms do you use every day, and for what?")),
     Section(7, "Company & Entity Mapping", "entities", "semantic", "T0", 0.95, ("entities",), ("compan", "entit", "customer", "organi"),
             ("Which organisations, customers and products matter to you?", "How are they related (owner, client, partner)?")),
-    Section(8, "GitHub & Repository Structure", "repositories", "semantic", "T0", 0.9, ("repositories",), ("github", "repositor", "repo", "code"),
+    Section(8, "GitHub & Repository Structure", "repositories", "semantic", "T0", 0.9, ("repositories",),
+            ("github", "repositor", "repo", "code"),
             ("Which GitHub organisations and repositories do you work in?", "Who owns what in those repositories?")),
-    Section(9, "Tenants & Environments", "tenants", "semantic", "T0", 0.9, ("tenants",), ("tenant", "environment", "azure", "cloud"),
-            ("Which cloud tenants and subscriptions exist, and what is each for?", "What are the dev, staging and production environments?")),
-    Section(10, "Operating Rules", "operating-rules", "procedural", "T0", 1.0, ("operating-rules",), ("operating rule", "rule", "convention", "disambiguation"),
-            ("Which naming conventions and default assumptions should an assistant follow?", "How should ambiguous names be resolved?")),
+    Section(9, "Tenants & Environments", "tenants", "semantic", "T0", 0.9, ("tenants",),
+            ("tenant", "environment", "azure", "cloud"),
+            ("Which cloud tenants and subscriptions exist, and what is each for?",
+             "What are the dev, staging and production environments?")),
+    Section(10, "Operating Rules", "operating-rules", "procedural", "T0", 1.0, ("operating-rules",),
+            ("operating rule", "rule", "convention", "disambiguation"),
+            ("Which naming conventions and default assumptions should an assistant follow?",
+             "How should ambiguous names be resolved?")),
 )
 BY_NUMBER = {s.number: s for s in SECTIONS}
 PROFILE_TAGS = ("bootstrap", "profile")
-_HEADING_RE = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$|^\s*(?:\d+[.)]\s+)?([A-Z][^\n]{2,80}):?\s*$")
 
 
 def paragraphs(text: str) -> list[str]:

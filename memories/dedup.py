@@ -12,9 +12,24 @@ the old one already holds changes nothing (NOOP).
 """
 from __future__ import annotations
 
+import logging
 import re
+import uuid
 from dataclasses import dataclass
-from enum import Enum
+from datetime import datetime
+from enum import StrEnum
+
+import numpy as np
+from django.conf import settings
+from django.db.models import Q
+
+from memories.embeddings import Embedder, calibrate, from_bytes
+from memories.models import Memory, Operation
+from memories.text import stem
+from memories.vector_index import get_vector_index
+from memories.vectors import VectorHit
+
+logger = logging.getLogger("bhgbrain.dedup")
 
 _WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
 _SPLIT_ALNUM_RE = re.compile(r"\d+|[^\W\d_]+", re.UNICODE)
@@ -51,12 +66,6 @@ def tier_thresholds(tier: str, base: float) -> TierThresholds:
     return TierThresholds(noop=0.98, update=base)
 
 
-def _stem(word: str) -> str:
-    from search.text import stem
-
-    return stem(word)
-
-
 @dataclass(frozen=True)
 class _Profile:
     words: frozenset[str]
@@ -89,7 +98,7 @@ def _profile(text: str) -> _Profile:
         if lower in STOPWORDS or len(letters) < 2:
             continue
         # identifiers keep their digits (RS256 ≠ HS256); plain words are stemmed
-        words.add(lower if len(parts) > 1 and letters != lower else _stem(lower))
+        words.add(lower if len(parts) > 1 and letters != lower else stem(lower))
     return _Profile(frozenset(words), frozenset(numbers), tuple(entities))
 
 
@@ -112,7 +121,7 @@ def _roles_swapped(old: tuple[str, ...], new: tuple[str, ...]) -> bool:
     return len(shared) >= 2 and shared != [e for e in new if e in old]
 
 
-class Relation(str, Enum):
+class Relation(StrEnum):
     SAME = "same"  # the same words (reordered, re-inflected, re-cased, re-punctuated)
     ELABORATES = "elaborates"  # the new text says everything the old one did, and more
     SUBSUMED = "subsumed"  # the old text already says everything the new one does
@@ -137,6 +146,66 @@ def compare(old: str, new: str) -> Relation:
     return Relation.SAME
 
 
-def facts_conflict(a: str, b: str) -> bool:
-    """True when a and b state different facts (a substitution on both sides)."""
-    return compare(a, b) is Relation.CONFLICT
+
+# --------------------------------------------------------------------------- semantic match
+
+DEDUP_CANDIDATES = 10
+
+
+def _stored_vector_search(vector: np.ndarray, model_id: str, namespace: str, collection: str,
+                          now: datetime) -> list[VectorHit]:
+    """Exact cosine over the collection's vectors as stored in the database (the index is down)."""
+    live = Q(decay_eligible=False) | Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+    rows = (Memory.objects.filter(live, namespace=namespace, collection=collection, archived=False,
+                                  embedding_model=model_id, embedding__isnull=False)
+            .values_list("id", "embedding"))
+    ids, vectors = [], []
+    for memory_id, blob in rows.iterator(chunk_size=2000):
+        stored = from_bytes(blob)
+        if stored.shape == vector.shape:
+            ids.append(str(memory_id))
+            vectors.append(stored)
+    if not vectors:
+        return []
+    scores = np.vstack(vectors) @ vector
+    best = np.argsort(-scores)[:DEDUP_CANDIDATES]
+    return [VectorHit(ids[i], float(scores[i])) for i in best]
+
+
+def _candidates(vector: np.ndarray, model_id: str, namespace: str, collection: str, now: datetime) -> list[VectorHit]:
+    index = get_vector_index()
+    if index is None:
+        return []
+    try:
+        return index.search(vector, namespace=namespace, collection=collection, limit=DEDUP_CANDIDATES, now=now)
+    except Exception:  # noqa: BLE001 - an index outage must not switch dedup off: scan the stored vectors
+        logger.exception("vector index unavailable for dedup; scanning the collection's stored vectors instead")
+        return _stored_vector_search(vector, model_id, namespace, collection, now)
+
+
+def semantic_match(vector: np.ndarray, embedder: Embedder, content: str, *, namespace: str, collection: str,
+                   now: datetime) -> tuple[Memory, str] | None:
+    """Top-10 of the collection; the best candidate past its tier's threshold decides.
+
+    Past the threshold the fact guard (:func:`compare`) has the last word: a substitution is a
+    different fact (skip the candidate), a subset changes nothing (NOOP), an elaboration is an
+    UPDATE, the same words are NOOP or UPDATE by similarity.
+    """
+    hits = _candidates(vector, embedder.model_id, namespace, collection, now)
+    found = Memory.objects.defer("embedding").in_bulk([h.memory_id for h in hits]) if hits else {}
+    base = settings.BHGBRAIN.deduplication.similarity_threshold
+    for hit in hits:
+        candidate = found.get(uuid.UUID(hit.memory_id))
+        if candidate is None or candidate.archived:
+            continue
+        similarity = float(calibrate(hit.cosine, embedder.curve))
+        if similarity < tier_thresholds(candidate.retention_tier, base).update:
+            continue
+        relation = compare(candidate.content, content)
+        if relation is Relation.CONFLICT:
+            continue
+        noop = tier_thresholds(candidate.retention_tier, base).noop
+        if relation is Relation.ELABORATES or (relation is Relation.SAME and similarity < noop):
+            return candidate, Operation.UPDATE
+        return candidate, Operation.NOOP
+    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Protocol
 
 import numpy as np
@@ -228,11 +229,35 @@ def set_embedder(embedder: Embedder | None) -> None:
     """Replace the process-wide embedder (tests, and the CLI after a config change)."""
     global _embedder, _embedder_built
     _embedder, _embedder_built = embedder, True
+    reset_status_cache()
 
 
-def reset_embedder() -> None:
-    global _embedder, _embedder_built
-    _embedder, _embedder_built = None, False
+_STATUS_TTL = 30.0
+_status_cache: tuple[float, tuple[str, str]] | None = None
+_status_lock = threading.Lock()
+
+
+def embedder_status() -> tuple[str, str]:
+    """(status, detail) of the embedder for /health; cached 30 s, never calls a remote API."""
+    global _status_cache
+    with _status_lock:
+        if _status_cache and time.monotonic() - _status_cache[0] < _STATUS_TTL:
+            return _status_cache[1]
+        embedder = get_embedder()
+        if embedder is None:
+            value = ("degraded", "no embedding provider (degraded mode: checksum-only dedup)")
+        else:
+            status, detail = embedder.health()
+            value = (status, f"{embedder.model_id}: {detail}")
+        _status_cache = (time.monotonic(), value)
+        return value
+
+
+def reset_status_cache() -> None:
+    """Forget the cached embedder status (after the embedder changed)."""
+    global _status_cache
+    with _status_lock:
+        _status_cache = None
 
 
 def to_bytes(vector: np.ndarray) -> bytes:

@@ -1,4 +1,4 @@
-"""Memory records and their companions (collections, revisions, audit, backups)."""
+"""Memory records and their companions (collections, revisions, audit, the change feed, tokens)."""
 from __future__ import annotations
 
 import uuid
@@ -6,25 +6,12 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from bhgbrain_site.contracts import COLLECTION_MAX, MEMORY_TYPES, NAMESPACE_MAX, SOURCES, SUMMARY_MAX, TIER_LABELS, TIERS
 
-class MemoryType(models.TextChoices):
-    EPISODIC = "episodic"
-    SEMANTIC = "semantic"
-    PROCEDURAL = "procedural"
-
-
-class MemorySource(models.TextChoices):
-    CLI = "cli"
-    API = "api"
-    AGENT = "agent"
-    IMPORT = "import"
-
-
-class RetentionTier(models.TextChoices):
-    T0 = "T0", "T0 — foundational"
-    T1 = "T1", "T1 — institutional"
-    T2 = "T2", "T2 — operational"
-    T3 = "T3", "T3 — transient"
+# The choices come from bhgbrain_site.contracts, the one list every interface validates against.
+MemoryType = models.TextChoices("MemoryType", [(name.upper(), name) for name in MEMORY_TYPES])
+MemorySource = models.TextChoices("MemorySource", [(name.upper(), name) for name in SOURCES])
+RetentionTier = models.TextChoices("RetentionTier", [(tier, (tier, f"{tier} — {TIER_LABELS[tier]}")) for tier in TIERS])
 
 
 class Operation(models.TextChoices):
@@ -38,12 +25,12 @@ class Memory(models.Model):
     """One memory: the seed's MemoryRecord plus its stored embedding."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    namespace = models.CharField(max_length=200)
-    collection = models.CharField(max_length=100, default="general")
+    namespace = models.CharField(max_length=NAMESPACE_MAX)
+    collection = models.CharField(max_length=COLLECTION_MAX, default="general")
     type = models.CharField(max_length=16, choices=MemoryType.choices, default=MemoryType.SEMANTIC)
     category = models.CharField(max_length=100, null=True, blank=True)
     content = models.TextField()
-    summary = models.CharField(max_length=120)
+    summary = models.CharField(max_length=SUMMARY_MAX)
     tags = models.JSONField(default=list, blank=True)
     source = models.CharField(max_length=16, choices=MemorySource.choices, default=MemorySource.CLI)
     checksum = models.CharField(max_length=64)
@@ -140,17 +127,6 @@ class AuditLog(models.Model):
         ordering = ["-timestamp", "-id"]
 
 
-class BackupRecord(models.Model):
-    path = models.CharField(max_length=1000, unique=True)
-    size_bytes = models.BigIntegerField()
-    memory_count = models.PositiveIntegerField()
-    checksum = models.CharField(max_length=64)
-    created_at = models.DateTimeField()
-
-    class Meta:
-        db_table = "backup_metadata"
-
-
 class VectorChange(models.Model):
     """Change feed for vector indexes: every process's embedded index replays it to stay current.
 
@@ -194,3 +170,22 @@ class BootstrapSession(models.Model):
     class Meta:
         db_table = "bootstrap_sessions"
         constraints = [models.UniqueConstraint(fields=["namespace", "section_number"], name="uniq_bootstrap_section")]
+
+
+class ApiToken(models.Model):
+    """A scoped API token: stored hashed, limited to namespaces, optionally read-only."""
+
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=12, editable=False, help_text="first characters, to recognise the token")
+    namespaces = models.JSONField(default=list, help_text="namespaces this token may read and write")
+    read_only = models.BooleanField(default=False)
+    revoked = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "api_tokens"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

@@ -4,17 +4,20 @@ from __future__ import annotations
 import hashlib
 import re
 
+from bhgbrain_site.contracts import SUMMARY_MAX
 from bhgbrain_site.errors import InvalidInput
 
 SECRET_MESSAGE = "Content appears to contain credentials or secrets. Memory rejected for safety."
-SUMMARY_MAX = 120
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CRLF_RE = re.compile(r"\r+\n")
 _TRAILING_WS_RE = re.compile(r"[ \t]+$", re.MULTILINE)
 _BLANK_RUN_RE = re.compile(r"\n{3,}")
 
-_KEY_NAMES = r"(?:api[_-]?key|apikey|access[_-]?key|secret(?:[_-]?key)?|client[_-]?secret|token|auth[_-]?token|access[_-]?token|password|passwd|pwd)"
+_KEY_NAMES = (
+    r"(?:api[_-]?key|apikey|access[_-]?key|secret(?:[_-]?key)?|client[_-]?secret|token|auth[_-]?token"
+    r"|access[_-]?token|password|passwd|pwd)"
+)
 SECRET_PATTERNS: dict[str, re.Pattern[str]] = {
     # key=value assignments: any value of 4+ non-space characters.
     # The key name may be the tail of an env-var style name (DB_PASSWORD=, OPENAI_API_KEY=):
@@ -52,11 +55,11 @@ def find_secret(text: str) -> str | None:
 def reject_secrets(text: str) -> None:
     """Raise INVALID_INPUT (without echoing anything) when text holds a credential."""
     if find_secret(text) is not None:
-        raise InvalidInput(SECRET_MESSAGE)
+        raise InvalidInput(SECRET_MESSAGE, field="content")
 
 
 def make_summary(normalized: str) -> str:
-    """First line, at most 120 chars (truncated with '...')."""
+    """First line, at most SUMMARY_MAX (120) chars (truncated with '...')."""
     first_line = normalized.split("\n", 1)[0].strip()
     if len(first_line) <= SUMMARY_MAX:
         return first_line

@@ -35,11 +35,13 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
 from bhgbrain_site.config import QdrantConfig
-from memories.embeddings import from_bytes
-from memories.models import Memory, VectorChange, VectorIndexCursor
-from memories.vector_index import VectorHit
+from memories import foreign, normalize
+from memories.embeddings import from_bytes, to_bytes
+from memories.models import Memory, MemorySource, MemoryType, Operation, RetentionTier, VectorChange, VectorIndexCursor
+from memories.vectors import StoredPoint, VectorHit
 
 logger = logging.getLogger("bhgbrain.qdrant")
 
@@ -66,8 +68,41 @@ def point_payload(memory: Memory) -> dict[str, Any]:
     }
 
 
+def memory_from_point(point: StoredPoint, model_id: str, dimensions: int) -> Memory:
+    """An (unsaved) Memory from a point's payload, the inverse of :func:`point_payload`: its
+    metadata, expiry, device id (the local one when the payload has none) and vector, so nothing
+    is embedded again. Raises ValueError on a payload it cannot trust."""
+    payload = point.payload
+    content = normalize.normalize_content(str(payload.get("content") or ""))
+    namespace = str(payload.get("namespace") or "")
+    if not namespace or not content:
+        raise ValueError("payload without namespace or content")
+    tier = foreign.choice_or(payload.get("retention_tier"), RetentionTier.values, RetentionTier.T2)
+    decay = bool(payload.get("decay_eligible", tier != "T0"))
+    synced = point.vector is not None and len(point.vector) == dimensions
+    now = timezone.now()
+    return Memory(
+        id=uuid.UUID(point.id), namespace=foreign.namespace(namespace), collection=foreign.collection(payload.get("collection")),
+        type=foreign.choice_or(payload.get("type"), MemoryType.values, MemoryType.SEMANTIC), category=payload.get("category"),
+        content=content, summary=str(payload.get("summary") or normalize.make_summary(content))[: normalize.SUMMARY_MAX],
+        tags=foreign.tags(payload.get("tags")), source=foreign.choice_or(payload.get("source"), MemorySource.values, MemorySource.AGENT),
+        checksum=normalize.checksum(content), importance=foreign.unit_interval(payload.get("importance", 0.5)),
+        retention_tier=tier, decay_eligible=decay, expires_at=foreign.when(payload.get("expires_at")) if decay else None,
+        device_id=payload.get("device_id") or settings.BHGBRAIN_DEVICE_ID, last_operation=Operation.ADD,
+        embedding=to_bytes(np.asarray(point.vector, dtype=np.float32)) if synced else None,
+        embedding_model=model_id if synced else "", vector_synced=synced,
+        created_at=foreign.when(payload.get("created_at")) or now, updated_at=now,
+    )
+
+
+def _stored(point: Any) -> StoredPoint:
+    vector = point.vector if isinstance(point.vector, list) else None
+    return StoredPoint(id=str(point.id), payload=dict(point.payload or {}), vector=vector)
+
+
 class QdrantVectorIndex:
     kind = "qdrant"  # the config's vector_index value
+    shared = True
 
     def __init__(self, config: QdrantConfig, model_id: str, dimensions: int) -> None:
         self.model_id = model_id
@@ -90,7 +125,7 @@ class QdrantVectorIndex:
         path = Path(self._config.embedded_path).expanduser()
         return path if path.is_absolute() else Path(settings.BHGBRAIN_DATA_DIR) / path
 
-    def client(self) -> Any:  # noqa: ANN401 - qdrant_client.QdrantClient, imported lazily
+    def client(self) -> Any:
         with self._lock:
             if self._client is None:
                 from qdrant_client import QdrantClient
@@ -238,25 +273,27 @@ class QdrantVectorIndex:
 
         Only other devices' points: a point of this device without a row is a deletion not yet
         applied (or a lost store, which ``repair`` restores), never a memory to show."""
-        from memories.repair import memory_from_point
-
         found: list[Memory] = []
         prefix = collection_name(namespace, "")
         for name in (n for n in self.collections() if n.startswith(prefix)):
-            for point in self.client().retrieve(name, ids=memory_ids, with_payload=True, with_vectors=False):
-                payload = point.payload or {}
-                own = payload.get("device_id") == settings.BHGBRAIN_DEVICE_ID
-                if payload.get("namespace") == namespace and payload.get("content") and not own:
+            for record in self.client().retrieve(name, ids=memory_ids, with_payload=True, with_vectors=False):
+                point = _stored(record)
+                own = point.payload.get("device_id") == settings.BHGBRAIN_DEVICE_ID
+                if point.payload.get("namespace") == namespace and point.payload.get("content") and not own:
                     with contextlib.suppress(KeyError, TypeError, ValueError):
                         found.append(memory_from_point(point, self.model_id, self.dimensions))
         return found
 
-    def scroll(self, name: str, batch: int = 256) -> Iterator[Any]:
-        """Every point of a collection, with payload and vector (for repair)."""
+    def scan(self) -> Iterator[tuple[str, Iterator[StoredPoint]]]:
+        """Every ``bhgbrain_*`` collection with its points, payloads and vectors (for repair)."""
+        for name in self.collections(fresh=True):
+            yield name, self._scroll(name)
+
+    def _scroll(self, name: str, batch: int = 256) -> Iterator[StoredPoint]:
         offset = None
         while True:
             points, offset = self.client().scroll(name, limit=batch, offset=offset, with_payload=True, with_vectors=True)
-            yield from points
+            yield from (_stored(point) for point in points)
             if offset is None:
                 return
 

@@ -1,18 +1,27 @@
-"""Memory reads and their JSON shapes."""
+"""Memory reads and their JSON shapes, and the state of the store's parts (for /health)."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from memories.models import Memory
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.db.models import Count, Q
+
+from bhgbrain_site.contracts import TIERS
+from bhgbrain_site.errors import InvalidInput
+from memories.embeddings import embedder_status
+from memories.models import AuditLog, Collection, Memory
+from memories.vector_index import get_vector_index
 
 
 def iso(value: datetime | None) -> str | None:
     """ISO 8601 in UTC with a Z suffix (the seed's timestamp format)."""
     if value is None:
         return None
-    return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def memory_to_dict(memory: Memory) -> dict[str, Any]:
@@ -46,6 +55,22 @@ def memory_to_dict(memory: Memory) -> dict[str, Any]:
     }
 
 
+def parse_memory_id(value: str, field: str = "id") -> str:
+    """The canonical text of a memory id, or INVALID_INPUT naming the field."""
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise InvalidInput(f"{field}: must be a UUID", field=field) from None
+
+
+def tier_view(memory: Memory) -> dict[str, Any]:
+    """What `bhgbrain tier show` prints: the lifecycle fields of one memory."""
+    return {"id": str(memory.id), "namespace": memory.namespace, "summary": memory.summary,
+            "retention_tier": memory.retention_tier, "expires_at": iso(memory.expires_at),
+            "decay_eligible": memory.decay_eligible, "review_due": iso(memory.review_due),
+            "access_count": memory.access_count, "last_accessed": iso(memory.last_accessed)}
+
+
 def memory_get(*, memory_id: str, namespace: str | None = None) -> Memory | None:
     rows = Memory.objects.filter(pk=memory_id, archived=False)
     if namespace is not None:
@@ -54,9 +79,7 @@ def memory_get(*, memory_id: str, namespace: str | None = None) -> Memory | None
 
 
 def memory_counts_by_tier() -> dict[str, int]:
-    from django.db.models import Count
-
-    counts = {"T0": 0, "T1": 0, "T2": 0, "T3": 0}
+    counts = dict.fromkeys(TIERS, 0)
     for row in Memory.objects.filter(archived=False).values("retention_tier").annotate(n=Count("id")):
         counts[row["retention_tier"]] = row["n"]
     return counts
@@ -64,10 +87,6 @@ def memory_counts_by_tier() -> dict[str, int]:
 
 def collections_list(*, namespace: str) -> list[dict[str, Any]]:
     """Every collection of the namespace with its live memory count."""
-    from django.db.models import Count
-
-    from memories.models import Collection
-
     counts = {
         row["collection"]: row["n"]
         for row in Memory.objects.filter(namespace=namespace, archived=False).values("collection").annotate(n=Count("id"))
@@ -77,8 +96,6 @@ def collections_list(*, namespace: str) -> list[dict[str, Any]]:
 
 
 def _parse_cursor(cursor: str | None) -> tuple[datetime, str] | None:
-    from bhgbrain_site.errors import InvalidInput
-
     if not cursor:
         return None
     stamp, sep, memory_id = cursor.partition("|")
@@ -96,8 +113,6 @@ def memories_page(
     memory_type: str | None = None, tier: str | None = None, tag: str | None = None,
 ) -> dict[str, Any]:
     """Newest first, keyset-paginated on (created_at, id): stable under equal timestamps."""
-    from django.db.models import Q
-
     rows = Memory.objects.filter(namespace=namespace, archived=False).defer("embedding")
     if collection is not None:
         rows = rows.filter(collection=collection)
@@ -122,17 +137,11 @@ def memories_page(
 
 
 def audit_entries(*, namespace: str, limit: int, operation: str | None = None, memory_id: str | None = None) -> list[dict[str, Any]]:
-    from bhgbrain_site.errors import InvalidInput
-    from memories.models import AuditLog
-
     rows = AuditLog.objects.filter(namespace=namespace)
     if operation:
         rows = rows.filter(operation=operation.upper())
     if memory_id:
-        try:
-            rows = rows.filter(memory_id=uuid.UUID(memory_id))
-        except ValueError:
-            raise InvalidInput("memory_id: must be a UUID") from None
+        rows = rows.filter(memory_id=parse_memory_id(memory_id, "memory_id"))
     return [
         {"id": row.id, "timestamp": iso(row.timestamp), "operation": row.operation, "namespace": row.namespace,
          "memory_id": str(row.memory_id) if row.memory_id else None, "client_id": row.client_id, "details": row.details}
@@ -140,30 +149,36 @@ def audit_entries(*, namespace: str, limit: int, operation: str | None = None, m
     ]
 
 
-def store_stats(*, by_tier: bool = False, expiring: bool = False) -> dict[str, Any]:
-    """``bhgbrain stats``: sizes, collections per namespace, optionally tier counts and what expires soon."""
-    from datetime import timedelta
+def memory_count() -> int:
+    return Memory.objects.filter(archived=False).count()
 
-    from django.conf import settings
-    from django.utils import timezone
 
-    from bhgbrain_site.health import health_snapshot
+def database_status() -> tuple[str, str]:
+    """(status, detail) of the relational store: one round trip."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except DatabaseError as exc:
+        return "unhealthy", type(exc).__name__
+    return "healthy", connection.vendor
 
-    snapshot = health_snapshot()
-    namespaces = sorted(set(Memory.objects.filter(archived=False).values_list("namespace", flat=True)))
-    out: dict[str, Any] = {
-        "memory_count": snapshot["memory_count"], "db_size_bytes": snapshot["db_size_bytes"],
-        "namespaces": {ns: collections_list(namespace=ns) for ns in namespaces},
-        "archived_count": snapshot["retention"]["archived_count"],
-        "unsynced_vectors": snapshot["retention"]["unsynced_vectors"],
-    }
-    if by_tier:
-        out["counts_by_tier"] = memory_counts_by_tier()
-    if expiring:
-        now = timezone.now()
-        horizon = now + timedelta(days=settings.BHGBRAIN.retention.pre_expiry_warning_days)
-        soon = (Memory.objects.filter(archived=False, decay_eligible=True, expires_at__gt=now, expires_at__lte=horizon)
-                .order_by("expires_at").defer("embedding")[:100])
-        out["expiring"] = [{"id": str(m.id), "namespace": m.namespace, "summary": m.summary,
-                            "retention_tier": m.retention_tier, "expires_at": iso(m.expires_at)} for m in soon]
-    return out
+
+def db_size_bytes() -> int:
+    if connection.vendor == "sqlite":
+        name = Path(str(settings.DATABASES["default"]["NAME"]))
+        return sum(p.stat().st_size for p in (name, Path(f"{name}-wal")) if p.exists())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_database_size(current_database())")
+        return int(cursor.fetchone()[0])
+
+
+def vector_index_status() -> tuple[str, str]:
+    index = get_vector_index()
+    if index is None:
+        return "degraded", "no embedder: vector search unavailable"
+    return index.health()
+
+
+def embedding_status() -> tuple[str, str]:
+    return embedder_status()

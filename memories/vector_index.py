@@ -16,48 +16,18 @@ from __future__ import annotations
 
 import math
 import threading
-import time
-import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
-
-import logging
 
 import numpy as np
 
-from memories.embeddings import from_bytes
-from memories.models import Memory, VectorChange
+from memories.embeddings import from_bytes, get_embedder
+from memories.feed import FeedReader
+from memories.models import Memory
+from memories.vectors import StoredPoint, VectorHit, VectorIndex, live_until
 
 _INF = math.inf
-logger = logging.getLogger("bhgbrain.vector_index")
-
-
-@dataclass(frozen=True)
-class VectorHit:
-    memory_id: str
-    cosine: float
-
-
-def live_until(memory: Memory) -> float:
-    """One number that makes "alive" a single range test: expiry epoch, or +inf."""
-    if not memory.decay_eligible or memory.expires_at is None:
-        return _INF
-    return memory.expires_at.timestamp()
-
-
-class VectorIndex(Protocol):
-    def upsert(self, memory: Memory, *, change_id: int | None = None) -> None: ...
-
-    def delete(self, memory_id: str) -> None: ...
-
-    def search(
-        self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime
-    ) -> list[VectorHit]: ...
-
-    def health(self) -> tuple[str, str]: ...
-
-    def sync(self) -> int: ...
 
 
 SKETCH_MIN_ROWS = 20_000  # below this many candidates the exact scan takes a few ms anyway
@@ -87,48 +57,11 @@ def fit_projection(vectors: np.ndarray, dims: int, fitted_rows: int) -> Projecti
     return Projection(mean.astype(np.float32), basis, fitted_rows)
 
 
-RELOAD_AFTER_CHANGES = 5_000  # a bigger burst is cheaper to reload than to fetch id by id
-FEED_KEEP_DAYS = 7  # the retention cleanup prunes older change-feed rows
-RELOAD_AFTER_IDLE = (FEED_KEEP_DAYS - 1) * 86_400.0  # seconds without catching up: rows may be gone
-
-
-def needs_reload(changes: list[tuple[int, object, str]], caught_up_at: float) -> bool:
-    """A store-wide reset in the feed, too many changed rows to fetch by id, or a reader idle
-    for so long that feed rows it never saw may have been pruned."""
-    if time.monotonic() - caught_up_at > RELOAD_AFTER_IDLE:
-        return True
-    return len(changes) > RELOAD_AFTER_CHANGES or any(op == VectorChange.Op.RESET for _, _, op in changes)
-
-
-class FeedReader:
-    """One in-process index's position in the change feed (shared by the vector and text indexes)."""
-
-    def __init__(self) -> None:
-        self.last_change = 0
-        self.caught_up_at = time.monotonic()
-
-    def start(self) -> None:
-        """At a full load: everything up to the newest row is in."""
-        self.last_change = VectorChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
-        self.caught_up_at = time.monotonic()
-
-    def read(self) -> list[tuple[int, uuid.UUID, str]] | None:
-        """The rows since the last read, or None when the reader must reload everything."""
-        changes = list(
-            VectorChange.objects.filter(id__gt=self.last_change).order_by("id").values_list("id", "memory_id", "op")
-        )
-        caught_up_at, self.caught_up_at = self.caught_up_at, time.monotonic()
-        if changes and needs_reload(changes, caught_up_at):
-            return None
-        if changes:
-            self.last_change = changes[-1][0]
-        return changes
-
-
 class EmbeddedVectorIndex:
     """Cosine search with numpy over rows filtered by namespace, collection and expiry."""
 
     kind = "embedded"  # the config's vector_index value
+    shared = False
 
     _GROW = 1024
 
@@ -356,6 +289,26 @@ class EmbeddedVectorIndex:
         return "healthy", f"embedded cosine ({state}{sketch})"
 
 
+    def close(self) -> None:
+        """Nothing to release: the rows live in this process's memory."""
+
+    def remote_memories(self, memory_ids: list[str], namespace: str) -> list[Memory]:
+        return []  # every vector here came from this store's own rows
+
+    def scan(self) -> Iterator[tuple[str, Iterator[StoredPoint]]]:
+        return iter(())
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the vectors were read from the database (they are on the first search)."""
+        return self._loaded
+
+    @property
+    def feed(self) -> FeedReader:
+        """This index's position in the change feed."""
+        return self._feed
+
+
 _index: VectorIndex | None = None
 _index_lock = threading.Lock()
 
@@ -363,57 +316,33 @@ _index_lock = threading.Lock()
 def get_vector_index() -> VectorIndex | None:
     """The configured index for the current embedder, or None in degraded mode."""
     global _index
-    from memories.embeddings import get_embedder
+    from django.conf import settings
 
     embedder = get_embedder()
     if embedder is None:
         return None
     with _index_lock:
-        from django.conf import settings
-
-        stale = (_index is None or getattr(_index, "model_id", None) != embedder.model_id
-                 or getattr(_index, "kind", None) != settings.BHGBRAIN.vector_index)
-        if stale:
-            close = getattr(_index, "close", None)
-            if close is not None:
-                close()  # Qdrant's local mode holds a lock on its folder
-            _index = _build(embedder.model_id, embedder.dimensions)
+        wanted = settings.BHGBRAIN.vector_index
+        if _index is None or _index.model_id != embedder.model_id or _index.kind != wanted:
+            if _index is not None:
+                _index.close()
+            _index = _build(wanted, embedder.model_id, embedder.dimensions)
         return _index
 
 
-def _build(model_id: str, dimensions: int) -> VectorIndex:
+def _build(kind: str, model_id: str, dimensions: int) -> VectorIndex:
     from django.conf import settings
 
-    config = settings.BHGBRAIN
-    if config.vector_index == "qdrant":
+    if kind == "qdrant":
         from memories.qdrant_index import QdrantVectorIndex
 
-        return QdrantVectorIndex(config.qdrant, model_id, dimensions)
+        return QdrantVectorIndex(settings.BHGBRAIN.qdrant, model_id, dimensions)
     return EmbeddedVectorIndex(model_id, dimensions)
-
-
-def sync_after_commit() -> None:
-    """After the current transaction commits, bring the index up to date with the change feed
-    (for writers that record changes without calling the index: access tracking, cleanup, restore)."""
-    from django.db import transaction
-
-    transaction.on_commit(sync_now)
-
-
-def sync_now() -> None:
-    index = get_vector_index()
-    if index is None:
-        return
-    try:
-        index.sync()
-    except Exception:  # noqa: BLE001 - the feed keeps the change; the scheduled vector_sync retries
-        logger.exception("vector index sync failed; retried by the scheduled vector_sync")
 
 
 def reset_vector_index() -> None:
     global _index
     with _index_lock:
-        close = getattr(_index, "close", None)
-        if close is not None:
-            close()  # Qdrant's local mode holds a lock on its folder
+        if _index is not None:
+            _index.close()
         _index = None

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
+from bhgbrain_site.admin_base import ReadOnlyAdmin
 from bhgbrain_site.errors import DomainError
-from retention.models import ArchivedMemory
+from retention.archive import archive_restore
+from retention.models import ArchivedMemory, BackupRecord
 
 
 @admin.register(ArchivedMemory)
@@ -24,8 +26,6 @@ class ArchivedMemoryAdmin(admin.ModelAdmin):
 
     @admin.action(description="Restore the selected memories (same id, tier T2)")
     def restore(self, request, queryset) -> None:  # noqa: ANN001
-        from retention.archive import archive_restore
-
         restored = 0
         for item in queryset.filter(restored_at__isnull=True):
             try:
@@ -35,3 +35,8 @@ class ArchivedMemoryAdmin(admin.ModelAdmin):
             except DomainError as exc:
                 self.message_user(request, f"{item.summary}: {exc.message}", messages.WARNING)
         self.message_user(request, f"Restored {restored} memor{'y' if restored == 1 else 'ies'}.")
+
+
+@admin.register(BackupRecord)
+class BackupRecordAdmin(ReadOnlyAdmin):
+    list_display = ("path", "memory_count", "size_bytes", "created_at")

@@ -14,15 +14,14 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from bhgbrain_site.contracts import TIERS
 from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
-from memories import tiers
+from memories import changes, tiers
 from memories.embeddings import get_embedder, to_bytes
-from memories.models import AuditLog, Memory, Operation, VectorChange
+from memories.models import Memory, Operation
 from memories.selectors import iso
-from memories.services import index_after_commit
+from memories.text import analyze_query
 from retention.models import ArchivedMemory
-from search import fulltext
-from search.text import analyze_query
 
 
 def archived_to_dict(item: ArchivedMemory) -> dict[str, Any]:
@@ -71,8 +70,8 @@ def _vector_for(item: ArchivedMemory) -> tuple[bytes | None, str, bool]:
 
 def archive_restore(*, memory_id: str, namespace: str, actor: str, tier: str = "T2") -> dict[str, Any]:
     """Bring an archived memory back as a live one (same id), refusing to create a duplicate."""
-    if tier not in ("T0", "T1", "T2", "T3"):
-        raise InvalidInput("Invalid input: tier must be T0, T1, T2 or T3")
+    if tier not in TIERS:
+        raise InvalidInput(f"Invalid input: tier must be one of {', '.join(TIERS)}", field="tier")
     try:
         pk = uuid.UUID(memory_id)
     except ValueError:
@@ -90,7 +89,7 @@ def archive_restore(*, memory_id: str, namespace: str, actor: str, tier: str = "
             raise Conflict(f"A live memory with the same content exists: {duplicate.id}")
         if Memory.objects.filter(pk=pk).exists():
             raise Conflict(f"Memory {pk} exists already")
-        memory = Memory.objects.create(
+        memory = Memory(
             id=pk, namespace=item.namespace, collection=item.collection, type=item.type, category=item.category,
             content=item.content, summary=item.summary, tags=item.tags, source=item.source, checksum=item.checksum,
             importance=item.importance, retention_tier=tier, expires_at=meta.expires_at,
@@ -99,13 +98,9 @@ def archive_restore(*, memory_id: str, namespace: str, actor: str, tier: str = "
             embedding=embedding, embedding_model=model, vector_synced=synced, created_at=item.created_at,
             updated_at=now,
         )
-        fulltext.index_memory(memory)
-        change = VectorChange.objects.create(memory_id=memory.id, op=VectorChange.Op.UPSERT)
-        AuditLog.objects.create(
-            timestamp=now, namespace=namespace, operation="RESTORE_ARCHIVE", memory_id=memory.id, client_id=actor,
-            details={"tier": tier, "archived_tier": item.tier, "expired_at": iso(item.expired_at)},
-        )
+        audit = changes.Audit("RESTORE_ARCHIVE", actor,
+                              {"tier": tier, "archived_tier": item.tier, "expired_at": iso(item.expired_at)})
+        changes.memory_saved(memory, audit=audit, at=now, insert=True)
         ArchivedMemory.objects.filter(pk=item.pk).update(restored_at=now)
-        index_after_commit(memory, change.pk)
     return {"restored": True, "id": str(pk), "namespace": namespace, "retention_tier": tier,
             "expires_at": iso(meta.expires_at), "vector_synced": synced}

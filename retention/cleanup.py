@@ -9,7 +9,7 @@
    ``retention.decay_after_days`` with importance < 0.5 and no category are marked stale and
    expire now, so the next cleanup archives them.
 3. Change-feed rows older than ``FEED_KEEP_DAYS`` are pruned (an index that has not caught up
-   for that long reloads instead of replaying: memories/vector_index.py).
+   for that long reloads instead of replaying: memories/feed.py).
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from memories.models import AuditLog, Memory, VectorChange, VectorIndexCursor
-from memories.vector_index import FEED_KEEP_DAYS, sync_after_commit
+from memories import changes
+from memories.feed import feed_prune
+from memories.models import Memory
 from retention.models import ArchivedMemory
-from search import fulltext
 
 logger = logging.getLogger("bhgbrain.retention")
 
@@ -72,16 +72,8 @@ def _remove_batch(now: datetime, archive: bool, tier: str | None) -> tuple[int, 
             return 0, 0
         if archive:
             ArchivedMemory.objects.bulk_create([_archive(m, now) for m in batch])
-        AuditLog.objects.bulk_create(
-            AuditLog(timestamp=now, namespace=m.namespace, operation="FORGET", memory_id=m.id, client_id=ACTOR,
-                     details={"reason": "expired", "tier": m.retention_tier, "summary": m.summary, "archived": archive})
-            for m in batch
-        )
-        VectorChange.objects.bulk_create(VectorChange(memory_id=m.id, op=VectorChange.Op.DELETE) for m in batch)
-        for memory in batch:
-            fulltext.remove_memory(memory.id)
-        Memory.objects.filter(id__in=[m.id for m in batch]).delete()
-        sync_after_commit()
+        changes.memories_removed(batch, at=now, audit=lambda m: changes.Audit(
+            "FORGET", ACTOR, {"reason": "expired", "tier": m.retention_tier, "summary": m.summary, "archived": archive}))
     return len(batch), len(batch) if archive else 0
 
 
@@ -92,28 +84,12 @@ def memories_consolidate(*, now: datetime | None = None) -> int:
     unused = Q(last_accessed__lt=cutoff) | Q(last_accessed__isnull=True, created_at__lt=cutoff)
     candidates = Memory.objects.filter(unused, decay_eligible=True, archived=False, stale=False,
                                        importance__lt=0.5, category__isnull=True)
+    audit = changes.Audit("STALE", ACTOR, {"reason": f"not accessed for {settings.BHGBRAIN.retention.decay_after_days} days"})
     with transaction.atomic():
         ids = list(candidates.select_for_update().values_list("id", flat=True))
-        Memory.objects.filter(id__in=ids).update(stale=True, expires_at=now - timedelta(milliseconds=1), updated_at=now)
-        AuditLog.objects.bulk_create(
-            AuditLog(timestamp=now, namespace=ns, operation="STALE", memory_id=mid, client_id=ACTOR,
-                     details={"reason": f"not accessed for {settings.BHGBRAIN.retention.decay_after_days} days"})
-            for mid, ns in Memory.objects.filter(id__in=ids).values_list("id", "namespace")
-        )
-        VectorChange.objects.bulk_create(VectorChange(memory_id=mid, op=VectorChange.Op.UPSERT) for mid in ids)
-        sync_after_commit()
+        changes.memories_updated(ids, {"stale": True, "expires_at": now - timedelta(milliseconds=1), "updated_at": now},
+                                 audit=lambda _m: audit, at=now)
     return len(ids)
-
-
-def feed_prune(*, now: datetime | None = None) -> int:
-    """Old feed rows go, but never one an external index (Qdrant) has not applied yet."""
-    now = now or timezone.now()
-    old = VectorChange.objects.filter(created_at__lt=now - timedelta(days=FEED_KEEP_DAYS))
-    behind = VectorIndexCursor.objects.order_by("last_change").values_list("last_change", flat=True).first()
-    if behind is not None:
-        old = old.filter(id__lte=behind)
-    deleted, _ = old.delete()
-    return deleted
 
 
 def retention_cleanup(*, consolidate: bool = False, dry_run: bool = False, tier: str | None = None,

@@ -1,4 +1,5 @@
-"""The archive: memories the retention cleanup removed, kept whole so a restore loses nothing."""
+"""The archive (memories the retention cleanup removed, kept whole so a restore loses nothing) and
+the record of backups."""
 from __future__ import annotations
 
 from django.db import models
@@ -36,3 +37,16 @@ class ArchivedMemory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}: {self.summary}"
+
+
+class BackupRecord(models.Model):
+    """A backup this store wrote (``bhgbrain backup list`` also finds .bhgb files copied in)."""
+
+    path = models.CharField(max_length=1000, unique=True)
+    size_bytes = models.BigIntegerField()
+    memory_count = models.PositiveIntegerField()
+    checksum = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "backup_metadata"

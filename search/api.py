@@ -1,27 +1,24 @@
-"""REST API: search and recall (the same tools as MCP)."""
+"""REST: search and recall (the same tools as MCP, as DRF viewsets)."""
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from bhgbrain_site.api import call_context
-from bhgbrain_site.api import json_object as _body
-from mcp_bridge.registry import call_tool
-from mcp_bridge.tools import RecallParams, SearchParams
+from bhgbrain_site.registry import input_model
+from bhgbrain_site.rest import OperationViewSet
 
 
-class SearchView(APIView):
-    @extend_schema(request=SearchParams, responses=OpenApiTypes.OBJECT)
-    def post(self, request: Request) -> Response:
+class SearchViewSet(OperationViewSet):
+    @extend_schema(request=input_model("search"), responses=OpenApiTypes.OBJECT, operation_id="search_create")
+    def create(self, request: Request) -> Response:
         """Hybrid (default), fulltext or semantic search."""
-        return Response(call_tool("search", _body(request), call_context(request)))
+        return self.run("search", self.body())
 
 
-class RecallView(APIView):
-    @extend_schema(request=RecallParams, responses=OpenApiTypes.OBJECT)
-    def post(self, request: Request) -> Response:
+class RecallViewSet(OperationViewSet):
+    @extend_schema(request=input_model("recall"), responses=OpenApiTypes.OBJECT, operation_id="recall_create")
+    def create(self, request: Request) -> Response:
         """Semantic recall gated by min_score."""
-        return Response(call_tool("recall", _body(request), call_context(request)))
+        return self.run("recall", self.body())

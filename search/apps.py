@@ -24,5 +24,9 @@ class SearchConfig(AppConfig):
     def ready(self) -> None:
         from django.apps import apps
 
+        from memories.changes import register_indexer
+        from search.fulltext import FullTextIndexer
+
+        register_indexer(FullTextIndexer())  # the analyzed text follows every memory write
         # post_migrate is only sent for apps with models: hang on to the memories app's.
         post_migrate.connect(_drop_orphans, sender=apps.get_app_config("memories"))

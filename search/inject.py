@@ -14,8 +14,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from categories.selectors import categories_for_inject
+from memories.access import memories_touch
 from memories.models import Memory
-from retention.services import memories_touch
 from search.selectors import memories_search
 
 TIER_PRIOR = {"T0": 1.0, "T1": 0.8, "T2": 0.6, "T3": 0.4}

@@ -8,11 +8,11 @@ swamping relevance.
 from __future__ import annotations
 
 import logging
-
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 import numpy as np
 from django.conf import settings
@@ -22,7 +22,8 @@ from bhgbrain_site.errors import EmbeddingUnavailable
 from memories.embeddings import calibrate, get_embedder
 from memories.models import Memory
 from memories.selectors import iso
-from memories.vector_index import VectorHit, get_vector_index
+from memories.vector_index import get_vector_index
+from memories.vectors import VectorHit
 from search import fulltext
 
 logger = logging.getLogger("bhgbrain.search")
@@ -74,7 +75,7 @@ def semantic_hits(query: str, *, namespace: str, collection: str | None, limit: 
     vector = embedder.embed_query(query)
     hits: list[VectorHit] = index.search(vector, namespace=namespace, collection=collection, limit=limit, now=now)
     calibrated = calibrate(np.array([h.cosine for h in hits]), embedder.curve) if hits else []
-    return [Scored(h.memory_id, float(c), semantic=float(c)) for h, c in zip(hits, calibrated)]
+    return [Scored(h.memory_id, float(c), semantic=float(c)) for h, c in zip(hits, calibrated, strict=True)]
 
 
 def fulltext_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]:
@@ -112,7 +113,7 @@ def fuse(semantic: list[Scored], text: list[Scored], params: HybridParams) -> li
         (text, [h.fulltext or 0.0 for h in text], params.fulltext_weight),
     )
     for hits, raw, weight in sides:
-        for hit, contribution in zip(hits, _side_contributions(hits, raw, params)):
+        for hit, contribution in zip(hits, _side_contributions(hits, raw, params), strict=True):
             item = merged.setdefault(hit.memory_id, Scored(hit.memory_id))
             item.score += weight * contribution
             item.semantic = hit.semantic if hit.semantic is not None else item.semantic
@@ -142,13 +143,13 @@ def apply_priors(items: list[Scored], params: HybridParams) -> list[Scored]:
 def _remote(missing: list[str], namespace: str) -> dict[uuid.UUID, Memory]:
     """Memories another device wrote to a shared index (Qdrant) and this store lacks: built
     from the index's payload (unsaved), as the original does, instead of being dropped."""
-    fetch = getattr(get_vector_index(), "remote_memories", None) if missing else None
-    if fetch is None:
+    index = get_vector_index() if missing else None
+    if index is None or not index.shared:
         return {}
     try:
-        return {m.id: m for m in fetch(missing, namespace)}
+        return {m.id: m for m in index.remote_memories(missing, namespace)}
     except Exception:  # noqa: BLE001 - the local results stand on their own
-        logger.warning("could not read payloads of %d remote memories", len(missing))
+        logger.exception("could not read payloads of %d remote memories", len(missing))
         return {}
 
 

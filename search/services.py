@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 import json
+import logging
+import threading
+import time
 from typing import Any
 
 from django.conf import settings
-
+from django.db import connection
 from django.utils import timezone
 
+from memories.access import memories_touch
 from memories.selectors import iso
-from retention.services import memories_touch
 from search.selectors import Mode, Scored, memories_recall, memories_search, result_dict
+
+logger = logging.getLogger("bhgbrain.search")
 
 
 def _fit(results: list[dict[str, Any]], budget: int) -> tuple[list[dict[str, Any]], bool]:
@@ -63,25 +68,18 @@ def indexes_warm() -> None:
     the load (≈3 s for each index on a 100k store). A search in an unused namespace touches
     every load path and returns nothing, so no memory is counted as accessed.
     """
-    import logging
-    import time
-
-    from django.db import connection
-
     started = time.monotonic()
     try:
         # semantic first: recall, what agents call most, needs only the model and the vectors
         memories_search(query="warm up", namespace="__warmup__", collection=None, mode="semantic", limit=1)
         memories_search(query="warm up", namespace="__warmup__", collection=None, mode="fulltext", limit=1)
-        logging.getLogger("bhgbrain.search").info("indexes warm in %.1f s", time.monotonic() - started)
+        logger.info("indexes warm in %.1f s", time.monotonic() - started)
     except Exception:  # noqa: BLE001 - a failed warm-up only means the first search loads lazily
-        logging.getLogger("bhgbrain.search").exception("index warm-up failed; indexes load on first search")
+        logger.exception("index warm-up failed; indexes load on first search")
     finally:
         connection.close()
 
 
 def start_warming() -> None:
-    import threading
-
     threading.Thread(target=indexes_warm, name="bhgbrain-warm", daemon=True).start()
 

@@ -15,12 +15,14 @@ import math
 import threading
 import uuid
 from array import array
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 from django.db import connection
+from django.utils.dateparse import parse_datetime
+from django.utils.timezone import make_aware
 
-from memories.vector_index import FeedReader
+from memories.feed import FeedReader
 
 _INF = math.inf
 _SELECT = {
@@ -62,6 +64,15 @@ class TextIndex:
 
     def _code(self, key: str) -> int:
         return self._codes.setdefault(key, len(self._codes))
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def row_count(self) -> int:
+        """Rows held, dead ones included (a replaced row is masked, then compacted by a rebuild)."""
+        with self._lock:
+            return len(self._ids)
 
     def _add(self, memory_id: str, content: str, tags: str, namespace: str, collection: str, until: float) -> None:
         signature = hash((content, tags, namespace, collection))
@@ -175,15 +186,11 @@ class TextIndex:
 
 def _typed(rows: list[tuple]) -> list[tuple]:
     """SQLite returns datetimes as text and booleans as ints through a raw cursor."""
-    from django.utils.dateparse import parse_datetime
-    from django.utils.timezone import make_aware
-    from datetime import timezone as dt_timezone
-
     out = []
     for raw_id, content, tags, namespace, collection, decay, expires in rows:
         if isinstance(expires, str):
             parsed = parse_datetime(expires)
-            expires = parsed if parsed is None or parsed.tzinfo else make_aware(parsed, dt_timezone.utc)
+            expires = parsed if parsed is None or parsed.tzinfo else make_aware(parsed, UTC)
         memory_id = str(raw_id) if isinstance(raw_id, uuid.UUID) else str(uuid.UUID(raw_id))
         out.append((memory_id, content, tags, namespace, collection, bool(decay), expires))
     return out
@@ -199,6 +206,12 @@ def get_text_index(k1: float, b: float, tag_weight: int) -> TextIndex:
         if _index is None:
             _index = TextIndex(k1, b, tag_weight)
         return _index
+
+
+def text_index_loaded() -> bool:
+    """Whether this process's text index has read the stored text (it does on the first search)."""
+    with _index_lock:
+        return _index is not None and _index.loaded
 
 
 def reset_text_index() -> None:

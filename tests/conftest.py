@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 from django.conf import settings
 
-from bhgbrain_site import health
 from memories import embeddings, vector_index
+from memories.access import tracker
 from memories.embeddings import IDENTITY_CURVE, LocalE5Embedder
 from memories.services import RememberInput, RememberResult, memory_remember
-from retention.services import tracker
 
 
 class HashEmbedder:
@@ -59,13 +58,12 @@ def _use(embedder: Any) -> None:
 
 @pytest.fixture(autouse=True)
 def _isolate_process_state() -> Iterator[None]:
-    """Embedder, vector index and health cache are process-wide: reset them around each test."""
+    """Embedder (and its cached status), vector index and text index are process-wide: reset them
+    around each test."""
     _use(_shared_e5())
-    health.reset_embedding_cache()
     yield
     _use(_shared_e5())
-    health.reset_embedding_cache()
-    tracker._take()  # noqa: SLF001 - drop accesses a test left unflushed (its rows are gone)
+    tracker.discard()  # drop accesses a test left unflushed (its rows are gone)
 
 
 @pytest.fixture

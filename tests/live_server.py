@@ -50,7 +50,7 @@ class LiveServer:
             args.append("--no-scheduler")
         return args + list(extra)
 
-    def start(self, timeout: float = 60) -> "LiveServer":
+    def start(self, timeout: float = 60) -> LiveServer:
         self.home.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(json.dumps(self.config))
         log = open(self.home / "server.stderr", "w")  # noqa: SIM115 - closed with the process
@@ -77,7 +77,8 @@ class LiveServer:
 
     def post(self, tool: str, body: Any = None, *, raw: bytes | None = None, headers: dict[str, str] | None = None) -> httpx.Response:
         content = raw if raw is not None else json.dumps(body).encode()
-        return httpx.post(f"{self.url}/tool/{tool}", content=content, headers={"content-type": "application/json", **(headers or {})}, timeout=60)
+        headers = {"content-type": "application/json", **(headers or {})}
+        return httpx.post(f"{self.url}/tool/{tool}", content=content, headers=headers, timeout=60)
 
     def stderr(self) -> str:
         return (self.home / "server.stderr").read_text()

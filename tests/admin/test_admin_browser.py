@@ -26,9 +26,13 @@ from playwright.sync_api import Browser, Locator, Page, Response, expect, sync_p
 
 from categories.models import Category  # noqa: E402
 from categories.services import category_set  # noqa: E402
-from mcp_bridge import tokens  # noqa: E402
-from mcp_bridge.models import ApiToken  # noqa: E402
-from memories.models import AuditLog, Memory, VectorChange  # noqa: E402
+from memories import tokens  # noqa: E402
+from memories.models import (  # noqa: E402
+    ApiToken,  # noqa: E402
+    AuditLog,
+    Memory,
+    VectorChange,
+)
 from retention.cleanup import retention_cleanup  # noqa: E402
 from retention.models import ArchivedMemory  # noqa: E402
 from tests.conftest import remember  # noqa: E402
@@ -42,7 +46,7 @@ SECTIONS = {
     "Archived memories": "/admin/retention/archivedmemory/",
     "Audit log": "/admin/memories/auditlog/",
     "Categories": "/admin/categories/category/",
-    "Api tokens": "/admin/mcp_bridge/apitoken/",
+    "Api tokens": "/admin/memories/apitoken/",
 }
 
 
@@ -75,9 +79,9 @@ def curator() -> User:
 def fresh_token_cache() -> Iterator[None]:
     """Whether scoped tokens exist is cached for 5 s per process: start and end with no cache,
     so no other test sees "auth required" after this test's token is gone."""
-    tokens._any_tokens_cache = (0.0, False)  # noqa: SLF001
+    tokens.reset_token_cache()
     yield
-    tokens._any_tokens_cache = (0.0, False)  # noqa: SLF001
+    tokens.reset_token_cache()
 
 
 def submit_login(page: Page, base_url: str, username: str, password: str) -> None:

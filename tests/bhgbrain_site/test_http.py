@@ -13,7 +13,8 @@ import pytest
 from tests.live_server import LiveServer, server_env
 
 JWT_EXAMPLE = {
-    "content": "Authentication uses JWT tokens signed with RS256. Public keys are rotated every 90 days and published at /.well-known/jwks.json",
+    "content": "Authentication uses JWT tokens signed with RS256. Public keys are rotated every 90 days "
+               "and published at /.well-known/jwks.json",
     "type": "semantic", "tags": ["auth", "jwt", "architecture"], "importance": 0.9, "retention_tier": "T0",
 }
 RETRO_EXAMPLE = {
@@ -28,7 +29,8 @@ RUNBOOK_EXAMPLE = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    live = LiveServer(home=tmp_path_factory.mktemp("live"), config={"security": {"max_request_size_bytes": 200_000, "rate_limit_rpm": 100_000}}).start()
+    security = {"max_request_size_bytes": 200_000, "rate_limit_rpm": 100_000}
+    live = LiveServer(home=tmp_path_factory.mktemp("live"), config={"security": security}).start()
     yield live
     live.stop()
 

@@ -54,7 +54,7 @@ async def _exercise(session: ClientSession) -> dict[str, Any]:
     seen["import"] = (await call("import", {"format": "freeform", "content": "One.\n\nTwo.", "dry_run": True})).structured_content
     seen["backup"] = (await call("backup", {"action": "create"})).structured_content
     seen["backup_list"] = (await call("backup", {"action": "list"})).structured_content
-    seen["memory_list"] = _text(await session.read_resource(f"memory://list?namespace=mcp-test&limit=5"))
+    seen["memory_list"] = _text(await session.read_resource("memory://list?namespace=mcp-test&limit=5"))
     seen["inject"] = _text(await session.read_resource("memory://inject?namespace=mcp-test"))
     seen["category_list"] = _text(await session.read_resource("category://list?namespace=mcp-test"))
     seen["collection_list"] = _text(await session.read_resource("collection://list?namespace=mcp-test"))
@@ -102,7 +102,8 @@ def _check(seen: dict[str, Any]) -> None:
     assert seen["category"]["content"] == "All remote access goes through the VPN"
     assert seen["collection"]["items"][0]["id"] == seen["memory_id"]
     assert seen["bad_limit"]["error"]["code"] == "INVALID_INPUT"
-    for key, code in (("bad_input", "INVALID_INPUT"), ("secret", "INVALID_INPUT"), ("unknown_tool", "NOT_FOUND"), ("repair", "INVALID_INPUT"), ("forget_again", "NOT_FOUND")):
+    for key, code in (("bad_input", "INVALID_INPUT"), ("secret", "INVALID_INPUT"), ("unknown_tool", "NOT_FOUND"),
+                      ("repair", "INVALID_INPUT"), ("forget_again", "NOT_FOUND")):
         result = seen[key]
         assert result.is_error is True, key
         assert result.structured_content["error"]["code"] == code, key

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from bhgbrain_site.errors import InvalidInput
-from mcp_bridge.registry import CallContext, call_tool, get_tool
-from retention.services import tracker
+from bhgbrain_site.registry import CallContext, call_tool, get_operation
+from memories.access import tracker
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db
@@ -23,9 +23,9 @@ RESULT_FIELDS = {
 
 @pytest.fixture(autouse=True)
 def _empty_access_tracker() -> Iterator[None]:
-    tracker._take()
+    tracker.discard()
     yield
-    tracker._take()
+    tracker.discard()
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -208,5 +208,5 @@ def test_empty_results_shape(hash_embedder, name: str) -> None:
 
 def test_tools_are_registered_with_descriptions() -> None:
     for name in ("recall", "search"):
-        tool = get_tool(name)
+        tool = get_operation(name)
         assert tool.name == name and tool.description

@@ -6,17 +6,17 @@ from collections.abc import Iterator
 
 import pytest
 
+from memories import tokens
 from memories.models import AuditLog
-from mcp_bridge import tokens
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> Iterator[None]:
-    tokens._any_tokens_cache = (0.0, False)  # noqa: SLF001 - the 5 s "tokens exist" cache
+    tokens.reset_token_cache()
     yield
-    tokens._any_tokens_cache = (0.0, False)  # noqa: SLF001
+    tokens.reset_token_cache()
 
 
 def test_token_create_and_revoke_are_audited() -> None:

@@ -11,15 +11,14 @@ import pytest
 from django.utils import timezone
 
 from bhgbrain_site.errors import AuthRequired, InvalidInput, NotFound
+from bhgbrain_site.registry import CallContext, Principal, call_tool
 from categories.models import Category
 from categories.services import category_set
-from mcp_bridge.registry import CallContext, call_tool
-from mcp_bridge.tokens import Principal
-from memories import backup
-from memories.models import AuditLog, BackupRecord, Memory, MemoryRevision
+from memories.models import AuditLog, Memory, MemoryRevision
 from memories.services import memories_vector_sync, memory_forget
 from memories.vector_index import EmbeddedVectorIndex
-from retention.models import ArchivedMemory
+from retention import backup_export, backup_format, backup_import
+from retention.models import ArchivedMemory, BackupRecord
 from search.selectors import memories_search
 from tests.conftest import remember
 
@@ -46,7 +45,7 @@ def _container(path: Path) -> tuple[dict, bytes]:
 def test_create_writes_a_checksummed_container_and_lists_it(hash_embedder, tmp_path: Path) -> None:
     remember("The billing service retries webhooks three times")
     remember("Alice owns the deploy pipeline", namespace="team")
-    info = backup.backup_create(actor="test")
+    info = backup_export.backup_create(actor="test")
     path = Path(info.path)
     assert path.parent == tmp_path / "backups" and path.suffix == ".bhgb"
     header, db_bytes = _container(path)
@@ -58,7 +57,7 @@ def test_create_writes_a_checksummed_container_and_lists_it(hash_embedder, tmp_p
     assert AuditLog.objects.filter(operation="BACKUP").count() == 1
     copied = tmp_path / "backups" / "from-another-machine.bhgb"
     copied.write_bytes(path.read_bytes())
-    listed = [b.path for b in backup.backups_list()]
+    listed = [b.path for b in backup_format.backups_list()]
     assert set(listed) == {info.path, str(copied)}
     assert not list((tmp_path / "backups").glob(".partial-*"))  # nothing half-written is left
 
@@ -70,14 +69,14 @@ def test_restore_is_lossless_live_and_undoable(hash_embedder) -> None:
     category_set(namespace="global", name="values", slot="company-values", content="Safety first", actor="test")
     before = {m.id: (m.content, m.tags, bytes(m.embedding), m.retention_tier, m.expires_at) for m in Memory.objects.all()}
     revisions = MemoryRevision.objects.count()
-    saved = backup.backup_create(actor="test")
+    saved = backup_export.backup_create(actor="test")
 
     memory_forget(memory_id=forgotten.id, namespace="infra", actor="test")
     added = remember("A memory written after the backup")
     category_set(namespace="global", name="values", slot="company-values", content="Speed first", actor="test")
     assert _search("staging cluster", namespace="infra") == []
 
-    result = backup.backup_restore(path=saved.path, actor="test")
+    result = backup_import.backup_restore(path=saved.path, actor="test")
 
     assert result["activated"] is True and result["memory_count"] == 3 and result["vectors_pending"] == 0
     after = {m.id: (m.content, m.tags, bytes(m.embedding), m.retention_tier, m.expires_at) for m in Memory.objects.all()}
@@ -90,7 +89,7 @@ def test_restore_is_lossless_live_and_undoable(hash_embedder) -> None:
     assert kept.id in _search("Tuesdays release review")
     assert AuditLog.objects.filter(operation="RESTORE").count() == 1
 
-    undo = backup.backup_restore(path=result["previous_backup"], actor="test")  # the pre-restore snapshot
+    undo = backup_import.backup_restore(path=result["previous_backup"], actor="test")  # the pre-restore snapshot
     assert undo["memory_count"] == 3
     assert Memory.objects.filter(id=added.id).exists() and not Memory.objects.filter(id=forgotten.id).exists()
     assert Category.objects.get(namespace="global", name="values").content == "Speed first"
@@ -98,12 +97,12 @@ def test_restore_is_lossless_live_and_undoable(hash_embedder) -> None:
 
 def test_another_process_index_sees_the_restore(hash_embedder) -> None:
     first = remember("Rotate the signing keys every ninety days")
-    saved = backup.backup_create(actor="test")
+    saved = backup_export.backup_create(actor="test")
     memory_forget(memory_id=first.id, namespace=None, actor="test")
     later = remember("Backups are kept for thirty days")
     other = EmbeddedVectorIndex(hash_embedder.model_id, hash_embedder.dimensions)  # loaded before the restore
     assert other.size() == 1
-    backup.backup_restore(path=saved.path, actor="test")
+    backup_import.backup_restore(path=saved.path, actor="test")
     hits = other.search(hash_embedder.embed_query("Rotate the signing keys every ninety days"), namespace="global",
                         collection=None, limit=5, now=timezone.now())
     assert [h.memory_id for h in hits] == [first.id]
@@ -112,55 +111,55 @@ def test_another_process_index_sees_the_restore(hash_embedder) -> None:
 
 def test_a_corrupt_backup_is_refused_and_nothing_is_lost(hash_embedder) -> None:
     remember("Snapshot me")
-    saved = Path(backup.backup_create(actor="test").path)
+    saved = Path(backup_export.backup_create(actor="test").path)
     remember("Written after the snapshot")
     raw = bytearray(saved.read_bytes())
     raw[-100] ^= 0xFF
     saved.write_bytes(bytes(raw))
     with pytest.raises(InvalidInput, match="Backup integrity check failed"):
-        backup.backup_restore(path=str(saved), actor="test")
+        backup_import.backup_restore(path=str(saved), actor="test")
     assert Memory.objects.count() == 2
-    assert len(backup.backups_list()) == 1  # no pre-restore snapshot was taken for a refused file
+    assert len(backup_format.backups_list()) == 1  # no pre-restore snapshot was taken for a refused file
 
 
 @pytest.mark.parametrize("payload", [b"", b"\x05\x00\x00\x00{bad", b"\xff\xff\xff\xff", b"\x02\x00\x00\x00[]"])
 def test_files_that_are_not_backups_are_refused(payload: bytes, tmp_path: Path) -> None:
-    path = backup.backups_dir() / "junk.bhgb"
+    path = backup_format.backups_dir() / "junk.bhgb"
     path.write_bytes(payload)
     with pytest.raises(InvalidInput, match="Not a BHGBrain backup"):
-        backup.backup_restore(path=str(path), actor="test")
+        backup_import.backup_restore(path=str(path), actor="test")
 
 
 def test_a_valid_container_around_something_else_is_refused() -> None:
     body = b"definitely not sqlite" * 10
     header = json.dumps({"version": 1, "checksum": hashlib.sha256(body).hexdigest()}).encode()
-    path = backup.backups_dir() / "fake.bhgb"
+    path = backup_format.backups_dir() / "fake.bhgb"
     path.write_bytes(struct.pack("<I", len(header)) + header + body)
     with pytest.raises(InvalidInput, match="not an SQLite database"):
-        backup.backup_restore(path=str(path), actor="test")
+        backup_import.backup_restore(path=str(path), actor="test")
 
 
 def test_restore_paths_are_confined_to_the_backups_folder(tmp_path: Path, hash_embedder) -> None:
     with pytest.raises(InvalidInput, match="absolute"):
-        backup.backup_restore(path="backups/x.bhgb", actor="test")
+        backup_import.backup_restore(path="backups/x.bhgb", actor="test")
     with pytest.raises(InvalidInput, match=".bhgb"):
-        backup.backup_restore(path="/etc/passwd", actor="test")
+        backup_import.backup_restore(path="/etc/passwd", actor="test")
     outside = tmp_path / "elsewhere.bhgb"
-    outside.write_bytes(Path(backup.backup_create(actor="test").path).read_bytes())
+    outside.write_bytes(Path(backup_export.backup_create(actor="test").path).read_bytes())
     with pytest.raises(InvalidInput, match="only"):
-        backup.backup_restore(path=str(outside), actor="test")
+        backup_import.backup_restore(path=str(outside), actor="test")
     with pytest.raises(InvalidInput, match="only"):
-        backup.backup_restore(path=str(backup.backups_dir() / ".." / "elsewhere.bhgb"), actor="test")
+        backup_import.backup_restore(path=str(backup_format.backups_dir() / ".." / "elsewhere.bhgb"), actor="test")
     with pytest.raises(NotFound):
-        backup.backup_restore(path=str(backup.backups_dir() / "missing.bhgb"), actor="test")
-    assert backup.backup_restore(path=str(outside), actor="cli", allow_any_path=True)["activated"] is True
+        backup_import.backup_restore(path=str(backup_format.backups_dir() / "missing.bhgb"), actor="test")
+    assert backup_import.backup_restore(path=str(outside), actor="cli", allow_any_path=True)["activated"] is True
 
 
 def test_only_one_restore_runs_at_a_time(hash_embedder) -> None:
-    saved = backup.backup_create(actor="test")
-    with backup._exclusive_restore():  # noqa: SLF001 - a restore in progress
+    saved = backup_export.backup_create(actor="test")
+    with backup_import.exclusive_restore():  # a restore in progress
         with pytest.raises(InvalidInput, match="already in progress"):
-            backup.backup_restore(path=saved.path, actor="test")
+            backup_import.backup_restore(path=saved.path, actor="test")
 
 
 def _original_backup(path: Path) -> None:
@@ -193,7 +192,7 @@ def _original_backup(path: Path) -> None:
          "Our API gateway is Kong, configured with declarative YAML", "dup", "not json", "agent", "c1", 7.0, "T9",
          None, 1, None, 0, "ADD", None, 0, 0, 1, None, "2026-01-01T11:00:00.000Z", "2026-01-01T11:00:00.000Z", None),
     ]
-    db.executemany(f"INSERT INTO memories VALUES ({', '.join('?' * 25)})", rows)
+    db.executemany(f"INSERT INTO memories VALUES ({', '.join('?' * 25)})", rows)  # noqa: S608 - placeholders only
     db.execute("INSERT INTO categories VALUES ('coding', 'coding-requirements', 'Type hints everywhere', 3, '2026-01-01T00:00:00Z')")
     db.execute("INSERT INTO audit_log VALUES (1, '2026-01-01T10:00:00Z', 'global', 'ADD', ?, 'claude', '{}')", [rows[0][0]])
     db.execute("INSERT INTO memory_archive VALUES (1, '7f1c1d6e-0000-4000-8000-000000000009', 'Old on-call rota: weekly',"
@@ -209,9 +208,9 @@ def _original_backup(path: Path) -> None:
 
 
 def test_a_backup_of_the_original_bhgbrain_restores(hash_embedder) -> None:
-    path = backup.backups_dir() / "original-1.4.bhgb"
+    path = backup_format.backups_dir() / "original-1.4.bhgb"
     _original_backup(path)
-    result = backup.backup_restore(path=str(path), actor="test")
+    result = backup_import.backup_restore(path=str(path), actor="test")
     assert result["memory_count"] == 1 and result["duplicates_skipped"] == 1 and result["vectors_pending"] == 1
     memory = Memory.objects.get()
     assert memory.tags == ["gateway"] and memory.retention_tier == "T1" and memory.access_count == 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from bhgbrain_site.errors import InvalidInput
-from mcp_bridge.registry import CallContext, call_tool
+from bhgbrain_site.registry import CallContext, call_tool
 from memories.models import Memory
 
 pytestmark = pytest.mark.django_db

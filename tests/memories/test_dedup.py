@@ -19,7 +19,8 @@ from memories.dedup import Relation, compare, tier_thresholds
         ("Alice owns the billing service", "The billing service is owned by Alice", Relation.SAME),
         ("The cache TTL is five minutes", "The cache TTL is 5 minutes", Relation.SAME),
         ("Deploys happen every Tuesday", "Deploys happen every Tuesday at 3pm", Relation.ELABORATES),
-        ("Our auth service uses JWT with 1h expiry", "Our authentication service uses JWTs that expire after one hour", Relation.ELABORATES),
+        ("Our auth service uses JWT with 1h expiry", "Our authentication service uses JWTs that expire after one hour",
+         Relation.ELABORATES),
         ("X ships on Monday, according to Tariq", "X ships on Monday", Relation.SUBSUMED),
     ],
 )

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from bhgbrain_site.errors import Conflict, InvalidInput
+from memories.curation import memory_edit
 from memories.models import AuditLog, Memory
-from memories.services import memory_edit
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

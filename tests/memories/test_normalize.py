@@ -238,7 +238,7 @@ def test_checksum_is_sha256_hex_of_the_text() -> None:
 
 
 def test_checksum_hashes_utf8_bytes() -> None:
-    assert checksum("日本語") == hashlib.sha256("日本語".encode("utf-8")).hexdigest()
+    assert checksum("日本語") == hashlib.sha256("日本語".encode()).hexdigest()
 
 
 def test_checksum_is_lowercase_hex_of_64_chars() -> None:

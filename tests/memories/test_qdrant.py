@@ -11,8 +11,8 @@ from django.utils import timezone
 from qdrant_client import models
 
 from bhgbrain_site.errors import InvalidInput
-from memories import vector_index
-from memories.models import Memory, VectorChange
+from memories import changes, vector_index
+from memories.models import Memory
 from memories.qdrant_index import QdrantVectorIndex, collection_name
 from memories.repair import repair_from_index
 from memories.services import collection_delete, memories_vector_sync, memory_forget, memory_tag
@@ -68,8 +68,8 @@ def test_writes_reach_qdrant_in_the_original_layout(qdrant: QdrantVectorIndex, h
 def test_expiry_namespace_and_collection_filters(qdrant: QdrantVectorIndex) -> None:
     live = remember("Alpha: the cache TTL is five minutes", collection="infra")
     expiring = remember("Alpha: temporary feature flag for the beta", retention_tier="T3")
-    Memory.objects.filter(id=expiring.id).update(expires_at=timezone.now() - timedelta(hours=1))
-    VectorChange.objects.create(memory_id=expiring.id, op=VectorChange.Op.UPSERT)
+    changes.memories_updated([expiring.id], {"expires_at": timezone.now() - timedelta(hours=1)}, audit=None,
+                             at=timezone.now())
     qdrant.sync()
     assert _semantic("Alpha: temporary feature flag for the beta") == [live.id]  # the expired one is filtered out
     assert _semantic("Alpha: the cache TTL is five minutes", collection="general") == []
@@ -158,15 +158,15 @@ def test_repair_can_take_one_device_only(qdrant: QdrantVectorIndex, bhg_config) 
 
 
 def test_restore_never_touches_other_devices_points(qdrant: QdrantVectorIndex, hash_embedder) -> None:
-    from memories import backup
+    from retention import backup_export, backup_import
 
     kept = remember("Restore: in the backup")
-    saved = backup.backup_create(actor="test")
+    saved = backup_export.backup_create(actor="test")
     later = remember("Restore: written after the backup")
     foreign = str(uuid.uuid4())
     qdrant.client().upsert(collection_name("global", "general"), points=[models.PointStruct(
         id=foreign, vector=hash_embedder.embed_passage("x").tolist(), payload={"namespace": "global", "content": "other device"})])
-    backup.backup_restore(path=saved.path, actor="test")
+    backup_import.backup_restore(path=saved.path, actor="test")
     client = qdrant.client()
     name = collection_name("global", "general")
     assert client.retrieve(name, ids=[later.id]) == []  # this store's removed memory: its point goes

@@ -5,7 +5,7 @@ import pytest
 
 from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
 from memories.models import AuditLog, Collection, Memory, MemoryRevision, VectorChange
-from memories.services import memory_forget, memories_vector_sync
+from memories.services import memories_vector_sync, memory_forget
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db

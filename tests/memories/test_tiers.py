@@ -1,7 +1,7 @@
 """Tier assignment chain and per-tier lifecycle metadata (pure functions, no DB)."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -346,7 +346,7 @@ def test_more_durable(a: str, b: str, expected: str) -> None:
 
 # --------------------------------------------------------------------------- tier_metadata
 
-ANCHOR = datetime(2026, 3, 1, 12, 30, tzinfo=timezone.utc)
+ANCHOR = datetime(2026, 3, 1, 12, 30, tzinfo=UTC)
 TTL = TierValues(T0=None, T1=365, T2=90, T3=30)
 
 
@@ -373,20 +373,20 @@ def test_t1_expires_and_is_reviewed_after_t1_ttl() -> None:
 
 def test_t1_uses_the_configured_ttl() -> None:
     meta = tier_metadata("T1", anchor=ANCHOR, ttl=TierValues(T1=180, T2=90, T3=30))
-    assert meta.expires_at == datetime(2026, 8, 28, 12, 30, tzinfo=timezone.utc)
-    assert meta.review_due == datetime(2026, 8, 28, 12, 30, tzinfo=timezone.utc)
+    assert meta.expires_at == datetime(2026, 8, 28, 12, 30, tzinfo=UTC)
+    assert meta.review_due == datetime(2026, 8, 28, 12, 30, tzinfo=UTC)
 
 
 def test_t2_expires_after_t2_ttl_without_review() -> None:
     meta = tier_metadata("T2", anchor=ANCHOR, ttl=TTL)
-    assert meta.expires_at == datetime(2026, 5, 30, 12, 30, tzinfo=timezone.utc)  # +90 days
+    assert meta.expires_at == datetime(2026, 5, 30, 12, 30, tzinfo=UTC)  # +90 days
     assert meta.review_due is None
     assert meta.decay_eligible is True
 
 
 def test_t3_expires_after_t3_ttl_without_review() -> None:
     meta = tier_metadata("T3", anchor=ANCHOR, ttl=TTL)
-    assert meta.expires_at == datetime(2026, 3, 31, 12, 30, tzinfo=timezone.utc)  # +30 days
+    assert meta.expires_at == datetime(2026, 3, 31, 12, 30, tzinfo=UTC)  # +30 days
     assert meta.review_due is None
     assert meta.decay_eligible is True
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from memories.models import Memory, VectorChange
+from memories import changes
+from memories.models import VectorChange
 from memories.services import memory_forget
 from memories.vector_index import EmbeddedVectorIndex
 from tests.conftest import remember
@@ -59,8 +60,7 @@ def test_archived_rows_leave_the_index(hash_embedder) -> None:
     created = remember("Alpha fact")
     index = _fresh_index(hash_embedder)
     assert index.size() == 1
-    Memory.objects.filter(pk=created.id).update(archived=True)
-    VectorChange.objects.create(memory_id=created.id, op="upsert")
+    changes.memories_updated([created.id], {"archived": True}, audit=None, at=timezone.now())
     assert index.size() == 0
 
 
@@ -80,7 +80,7 @@ def test_growth_beyond_initial_capacity(hash_embedder) -> None:
     assert index.size() == 10
 
 
-def _anisotropic(rng, count: int, basis) -> "np.ndarray":  # noqa: ANN001
+def _anisotropic(rng, count: int, basis) -> np.ndarray:  # noqa: ANN001
     """Unit vectors shaped like sentence embeddings: a shared direction, a low-rank spread, noise."""
     import numpy as np
 

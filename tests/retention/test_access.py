@@ -10,9 +10,9 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
+from memories import access as retention_services
+from memories.access import AccessTracker, memory_record_access, tracker
 from memories.models import AuditLog, Memory, VectorChange
-from retention import services as retention_services
-from retention.services import AccessTracker, memory_record_access, tracker
 from search.services import recall_run, search_run
 from tests.conftest import remember
 
@@ -23,9 +23,9 @@ DAY = timedelta(days=1)
 
 @pytest.fixture(autouse=True)
 def _empty_access_tracker() -> Iterator[None]:
-    tracker._take()
+    tracker.discard()
     yield
-    tracker._take()
+    tracker.discard()
 
 
 def fresh(memory_id: str) -> Memory:
@@ -341,7 +341,7 @@ def test_failed_flush_keeps_pending_accesses(hash_embedder, monkeypatch: pytest.
     local.record([a, b])
     real = retention_services.memory_record_access
 
-    def broken(*, memory_id: str, count: int, at: datetime):  # noqa: ANN202
+    def broken(*, memory_id: str, count: int, at: datetime, sync: bool = True):  # noqa: ANN202
         raise DatabaseError("database is locked")
 
     monkeypatch.setattr(retention_services, "memory_record_access", broken)
@@ -361,7 +361,7 @@ def test_background_thread_flushes_without_explicit_call(hash_embedder, monkeypa
     try:
         background.record([mid])
         background.record([mid])
-        assert background._thread is not None and background._thread.is_alive()
+        assert background.running
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and fresh(mid).access_count < 2:
             time.sleep(0.05)

@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from bhgbrain_site.errors import Conflict, InvalidInput, NotFound
-from memories import vector_index
+from memories import changes, feed
 from memories.models import AuditLog, Memory, VectorChange
 from memories.vector_index import EmbeddedVectorIndex
 from retention.archive import archive_entries, archive_restore
@@ -107,13 +107,12 @@ def test_old_feed_rows_are_pruned_and_an_idle_index_reloads(hash_embedder, monke
     first = remember("Feed: first memory")
     idle = EmbeddedVectorIndex(hash_embedder.model_id, hash_embedder.dimensions)
     assert idle.size() == 1
-    Memory.objects.filter(id=first.id).delete()  # a deletion whose feed row ...
-    VectorChange.objects.create(memory_id=first.id, op=VectorChange.Op.DELETE)
+    changes.memories_removed([Memory.objects.get(id=first.id)], audit=None, at=timezone.now())  # a deletion whose feed row ...
     VectorChange.objects.update(created_at=timezone.now() - timedelta(days=8))  # ... is older than the feed keeps
     recent = remember("Feed: second memory")
     assert retention_cleanup().feed_rows_pruned >= 2
     assert [str(m) for m in VectorChange.objects.values_list("memory_id", flat=True)] == [recent.id]
-    idle._feed.caught_up_at = time.monotonic() - vector_index.RELOAD_AFTER_IDLE - 1  # noqa: SLF001 - idle for 6+ days
+    idle.feed.caught_up_at = time.monotonic() - feed.RELOAD_AFTER_IDLE - 1  # idle for 6+ days
     hits = idle.search(hash_embedder.embed_query("Feed: first memory"), namespace="global", collection=None,
                        limit=5, now=timezone.now())
     assert [h.memory_id for h in hits] == [recent.id]  # reloaded: the pruned deletion is not missed
@@ -187,13 +186,13 @@ def test_archive_over_rest(hash_embedder) -> None:
 
 
 def test_backups_carry_the_archive(hash_embedder, settings, tmp_path: Path) -> None:  # noqa: ANN001
-    from memories import backup
+    from retention import backup_export, backup_import
 
     settings.BHGBRAIN_DATA_DIR = tmp_path
     ids = _archive_three(hash_embedder)
-    saved = backup.backup_create(actor="test")
+    saved = backup_export.backup_create(actor="test")
     archive_restore(memory_id=ids["db"], namespace="global", actor="test")
-    backup.backup_restore(path=saved.path, actor="test")
+    backup_import.backup_restore(path=saved.path, actor="test")
     assert {e["id"] for e in archive_entries(namespace="global")} == {ids["deploy"], ids["db"]}
     assert not Memory.objects.filter(id=ids["db"]).exists()
 

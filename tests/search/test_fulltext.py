@@ -9,11 +9,11 @@ from django.db import connection
 from django.utils import timezone
 
 from memories import embeddings, vector_index
+from memories.access import tracker
 from memories.models import Memory
 from memories.services import memory_forget
-from retention.services import tracker
+from memories.text import analyze, analyze_query
 from search.selectors import Scored, fulltext_hits, memories_search
-from search.text import analyze, analyze_query
 from tests.conftest import HashEmbedder, remember
 
 pytestmark = pytest.mark.django_db
@@ -32,9 +32,9 @@ FILLERS = [
 
 @pytest.fixture(autouse=True)
 def _empty_access_tracker() -> Iterator[None]:
-    tracker._take()
+    tracker.discard()
     yield
-    tracker._take()
+    tracker.discard()
 
 
 def ft(query: str, *, namespace: str = "global", collection: str | None = None, limit: int = 50) -> list[Scored]:
@@ -330,7 +330,8 @@ class AliasEmbedder(HashEmbedder):
 def merge_embedder() -> AliasEmbedder:
     embedder = AliasEmbedder(
         {
-            "Our authentication service uses JWT with a 1h expiry and rotating refresh tokens": "Our auth service uses JWT with a 1h expiry",
+            "Our authentication service uses JWT with a 1h expiry and rotating refresh tokens":
+                "Our auth service uses JWT with a 1h expiry",
             "The billing service runs on Kubernetes in eu-west": "The billing service runs on Kubernetes",
         }
     )
@@ -416,12 +417,17 @@ def test_content_edited_in_the_admin_is_reindexed(hash_embedder, admin_client) -
     assert ft("kubernetes") == []
 
 
-# --------------------------------------------------------------------------- scope tokens and deepening
+# --------------------------------------------------------------------------- scope words and deepening
+
+
+def scope_token(kind: str, value: str) -> str:
+    """The opaque scope words an earlier version indexed beside the text (and any look-alike)."""
+    import hashlib
+
+    return kind + hashlib.sha256(value.encode()).hexdigest()[:20]
 
 
 def test_content_cannot_smuggle_a_memory_into_another_namespace_or_collection(hash_embedder) -> None:
-    from search.fulltext import scope_token
-
     bob = remember("Bluebird roadmap for bob", namespace="bob", collection="home").id
     sneaky = remember(
         f"Bluebird roadmap {scope_token('ns', 'bob')} {scope_token('co', 'home')}",
@@ -433,10 +439,8 @@ def test_content_cannot_smuggle_a_memory_into_another_namespace_or_collection(ha
     assert ids(ft("bluebird roadmap", namespace="alice")) == [sneaky]
 
 
-def test_query_equal_to_an_internal_scope_token_matches_nothing(hash_embedder) -> None:
-    """The scope words are internal: a user query that spells one must not match every memory."""
-    from search.fulltext import scope_token
-
+def test_query_equal_to_a_scope_word_matches_nothing(hash_embedder) -> None:
+    """Namespaces are filtered outside the text: a query that spells a scope word matches no memory."""
     remember("The billing service runs on Kubernetes")
     remember("Lunch is served at noon")
     assert ft(scope_token("ns", "global")) == []
@@ -502,18 +506,17 @@ def test_text_index_updates_expiry_in_place_and_replaces_edited_rows(hash_embedd
     """Access tracking moves expires_at on every returned result: that must not grow the index."""
     from django.utils import timezone
 
-    from memories.models import VectorChange
+    from memories import changes
     from search.text_index import TextIndex
 
     index = TextIndex(0.9, 0.4, 2)
     mid = remember("The billing service runs on Kubernetes", retention_tier="T3").id
     now = timezone.now()
     assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=now, limit=5)] == [mid]
-    rows_before = len(index._ids)  # noqa: SLF001
-    Memory.objects.filter(pk=mid).update(expires_at=now + timedelta(days=400))
-    VectorChange.objects.create(memory_id=mid, op="upsert")
+    rows_before = index.row_count()
+    changes.memories_updated([mid], {"expires_at": now + timedelta(days=400)}, audit=None, at=now)
     later = now + timedelta(days=200)
     assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=later, limit=5)] == [mid]
-    assert len(index._ids) == rows_before  # noqa: SLF001 - updated in place
+    assert index.row_count() == rows_before  # updated in place
     memory_forget(memory_id=mid, namespace=None, actor="test")
     assert index.search(["kubernet"], namespace="global", collection=None, now=now, limit=5) == []

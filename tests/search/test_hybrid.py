@@ -10,11 +10,11 @@ from django.utils import timezone
 from bhgbrain_site.config import HybridWeights
 from bhgbrain_site.errors import EmbeddingUnavailable
 from memories import embeddings, vector_index
+from memories.access import tracker
 from memories.models import Memory
-from retention.services import tracker
+from memories.text import analyze, analyze_query
 from search.selectors import HybridParams, Scored, apply_priors, fuse, memories_recall, memories_search
 from search.services import recall_run, search_run
-from search.text import analyze, analyze_query
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db
@@ -32,9 +32,9 @@ DISTRACTORS = [
 
 @pytest.fixture(autouse=True)
 def _empty_access_tracker() -> Iterator[None]:
-    tracker._take()
+    tracker.discard()
     yield
-    tracker._take()
+    tracker.discard()
 
 
 def ids(items: list[Scored]) -> list[str]:

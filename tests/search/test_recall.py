@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 import pytest
 from django.utils import timezone
 
+from memories.access import tracker
 from memories.models import Memory
-from retention.services import tracker
 from search.selectors import Scored, memories_recall, memories_search
 from search.services import recall_run, search_run
 from tests.conftest import remember
@@ -34,9 +34,9 @@ MEMORIES = [
 
 @pytest.fixture(autouse=True)
 def _empty_access_tracker() -> Iterator[None]:
-    tracker._take()
+    tracker.discard()
     yield
-    tracker._take()
+    tracker.discard()
 
 
 def recall(query: str, *, limit: int = 10, min_score: float = 0.0, memory_type: str | None = None,

@@ -1,5 +1,8 @@
 """Access tracking: count, last_accessed, sliding-window expiry, T1 review, auto-promotion.
 
+It lives beside the memories because every read path records accesses: search and recall,
+memory://inject, memory://{id}.
+
 Searches record the ids they returned; :class:`AccessTracker` batches them in memory and
 a background thread flushes at least every ``FLUSH_INTERVAL`` seconds (the seed's 5 s
 window), off the request path. Each flush applies every pending id in its own short
@@ -16,12 +19,16 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
-from memories.models import AuditLog, Memory, VectorChange
+from bhgbrain_site.errors import NotFound
+from memories import changes
+from memories.models import Memory
+from memories.selectors import memory_get, memory_to_dict, parse_memory_id
 from memories.tiers import tier_metadata
 
 logger = logging.getLogger("bhgbrain.retention")
@@ -56,32 +63,36 @@ def _sliding_expiry(memory: Memory, at: datetime) -> None:
     memory.review_due = meta.review_due
 
 
-def memory_record_access(*, memory_id: str, count: int, at: datetime) -> AccessOutcome | None:
+_ACCESS_FIELDS = ("access_count", "last_accessed", "retention_tier", "expires_at", "decay_eligible", "review_due")
+
+
+def _apply_access(memory: Memory, count: int, at: datetime, threshold: int) -> None:
+    before, tier_before = memory.access_count, memory.retention_tier
+    memory.access_count = before + count
+    memory.last_accessed = max(memory.last_accessed or at, at)
+    if tier_before != "T0":
+        memory.retention_tier = _promoted_tier(tier_before, before, memory.access_count, threshold)
+    if memory.retention_tier != tier_before:
+        memory.expires_at = None  # recomputed from the new tier, anchored at this access
+    _sliding_expiry(memory, at)
+
+
+def memory_record_access(*, memory_id: str, count: int, at: datetime, sync: bool = True) -> AccessOutcome | None:
     """Apply ``count`` accesses made at ``at`` to one memory (one transaction)."""
     retention = settings.BHGBRAIN.retention
     with transaction.atomic():
         memory = Memory.objects.select_for_update().filter(pk=memory_id, archived=False).first()
         if memory is None:
             return None
-        before, tier_before = memory.access_count, memory.retention_tier
-        memory.access_count = before + count
-        memory.last_accessed = max(memory.last_accessed or at, at)
-        if tier_before != "T0":
-            memory.retention_tier = _promoted_tier(tier_before, before, memory.access_count, retention.auto_promote_access_threshold)
-        if memory.retention_tier != tier_before:
-            memory.expires_at = None  # recomputed from the new tier, anchored at this access
-        expires_before = memory.expires_at
-        _sliding_expiry(memory, at)
-        memory.save(update_fields=["access_count", "last_accessed", "retention_tier", "expires_at", "decay_eligible", "review_due"])
-        if memory.retention_tier != tier_before:
-            AuditLog.objects.create(
-                timestamp=at, namespace=memory.namespace, operation="PROMOTE", memory_id=memory.id,
-                client_id="system", details={"from": tier_before, "to": memory.retention_tier, "access_count": memory.access_count},
-            )
-        if memory.expires_at != expires_before or memory.retention_tier != tier_before:
-            VectorChange.objects.create(memory_id=memory.id, op=VectorChange.Op.UPSERT)
-    promoted = tier_before if memory.retention_tier != tier_before else None
-    return AccessOutcome(str(memory.id), memory.access_count, memory.retention_tier, promoted)
+        previous = {name: getattr(memory, name) for name in _ACCESS_FIELDS}
+        _apply_access(memory, count, at, retention.auto_promote_access_threshold)
+        changed = [name for name in _ACCESS_FIELDS if getattr(memory, name) != previous[name]]
+        tier_before = previous["retention_tier"]
+        promoted = memory.retention_tier != tier_before
+        audit = changes.Audit("PROMOTE", "system", {"from": tier_before, "to": memory.retention_tier,
+                                                    "access_count": memory.access_count}) if promoted else None
+        changes.memory_saved(memory, audit=audit, at=at, fields=changed, sync=sync)
+    return AccessOutcome(str(memory.id), memory.access_count, memory.retention_tier, tier_before if promoted else None)
 
 
 class AccessTracker:
@@ -104,9 +115,18 @@ class AccessTracker:
                 self._last_seen[memory_id] = max(self._last_seen.get(memory_id, at), at)
         self._ensure_thread()
 
+    @property
+    def running(self) -> bool:
+        """Whether the background flush thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
     def pending(self) -> int:
         with self._lock:
             return sum(self._pending.values())
+
+    def discard(self) -> int:
+        """Drop the pending accesses without writing them; how many there were."""
+        return len(self._take())
 
     def _take(self) -> list[tuple[str, int, datetime]]:
         with self._lock:
@@ -128,7 +148,7 @@ class AccessTracker:
             outcomes = []
             for index, (memory_id, count, at) in enumerate(batch):
                 try:
-                    outcome = memory_record_access(memory_id=memory_id, count=count, at=at)
+                    outcome = memory_record_access(memory_id=memory_id, count=count, at=at, sync=False)
                 except DatabaseError:
                     logger.exception("access flush failed; %d updates kept for the next flush", len(batch) - index)
                     self._restore(batch[index:])
@@ -136,9 +156,7 @@ class AccessTracker:
                 if outcome:
                     outcomes.append(outcome)
             if outcomes:
-                from memories.vector_index import sync_now
-
-                sync_now()  # expiry and tier changes reach an external index's payload (Qdrant)
+                changes.sync_indexes()  # expiry and tier changes reach an external index's payload (Qdrant)
             return outcomes
 
     def _ensure_thread(self) -> None:
@@ -177,3 +195,12 @@ def memories_touch(*, memory_ids: list[str], at: datetime | None = None) -> None
     """Record that these memories were returned to a caller (batched, flushed ≤ 5 s later)."""
     if memory_ids:
         tracker.record([str(uuid.UUID(m)) for m in memory_ids], at)
+
+
+def memory_open(*, memory_id: str, namespace: str) -> dict[str, Any]:
+    """One live memory of the namespace, shown to a caller: counted as an access."""
+    memory = memory_get(memory_id=parse_memory_id(memory_id), namespace=namespace)
+    if memory is None:
+        raise NotFound(f"Memory {memory_id} not found")
+    memories_touch(memory_ids=[str(memory.id)])
+    return memory_to_dict(memory)

@@ -29,7 +29,8 @@ STOPWORDS = frozenset(
     they this those through to too under until up very was wasn we were weren what when where
     which while who whom why will with won would wouldn you your yours yourself yourselves
     s t d ll m re ve y also did does get got would could
-    的 了 是 在 和 与 及 或 也 都 就 而 把 被 吗 呢 吧 啊 我 你 他 她 它 我们 你们 他们 这 那 这个 那个 什么 怎么 哪 哪里 谁 为什么 如何 一个""".split()
+    的 了 是 在 和 与 及 或 也 都 就 而 把 被 吗 呢 吧 啊 我 你 他 她 它 我们 你们 他们 这 那 这个 那个
+    什么 怎么 哪 哪里 谁 为什么 如何 一个""".split()
 )
 
 _stem_lock = threading.Lock()

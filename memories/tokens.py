@@ -1,43 +1,29 @@
-"""Who is calling: the master bearer token (everything) or a scoped API token."""
+"""Who is calling: the master bearer token (everything) or a scoped API token.
+
+The principal a token grants (bhgbrain_site.registry.Principal) is checked by the registry
+for every operation, whichever transport carried the call.
+"""
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 import time
-from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from bhgbrain_site.errors import AuthRequired, InvalidInput
-from mcp_bridge.models import ApiToken
+from bhgbrain_site.contracts import is_namespace
+from bhgbrain_site.errors import InvalidInput
+from bhgbrain_site.registry import FULL_ACCESS, Principal
+from memories import changes
+from memories.models import ApiToken
 
 TOKEN_PREFIX = "bhg_"
 _any_tokens_cache: tuple[float, bool] = (0.0, False)
-
-
-@dataclass(frozen=True)
-class Principal:
-    name: str
-    namespaces: frozenset[str] | None  # None = every namespace
-    read_only: bool = False
-
-    def default_namespace(self, configured: str) -> str:
-        """The configured default, unless this token may not use it: then its first namespace."""
-        if self.namespaces is None or configured in self.namespaces or not self.namespaces:
-            return configured
-        return sorted(self.namespaces)[0]
-
-    def check(self, namespace: str, *, writes: bool) -> None:
-        if self.namespaces is not None and namespace not in self.namespaces:
-            raise AuthRequired(f'This token may not access namespace "{namespace}"')
-        if writes and self.read_only:
-            raise AuthRequired("This token is read-only")
-
-
-FULL_ACCESS = Principal(name="full", namespaces=None)
 
 
 def hash_token(token: str) -> str:
@@ -45,8 +31,6 @@ def hash_token(token: str) -> str:
 
 
 def master_token() -> str | None:
-    import os
-
     return os.environ.get(settings.BHGBRAIN.transport.http.bearer_token_env) or None
 
 
@@ -87,13 +71,10 @@ def principal_for(authorization: str | None) -> Principal | None:
 
 def token_create(*, name: str, namespaces: list[str], read_only: bool, actor: str = "system") -> tuple[ApiToken, str]:
     """Create a scoped token; the plain token is returned once and only its hash is stored."""
-    global _any_tokens_cache
-    import re
-
     if not namespaces:
         raise InvalidInput("namespaces: a scoped token needs at least one namespace")
     for namespace in namespaces:
-        if not re.match(r"^[a-zA-Z0-9/-]{1,200}$", namespace):
+        if not is_namespace(namespace):
             raise InvalidInput(f"namespaces: {namespace[:50]!r} is not a valid namespace")
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
@@ -101,27 +82,37 @@ def token_create(*, name: str, namespaces: list[str], read_only: bool, actor: st
             name=name, token_hash=hash_token(plain), prefix=plain[:10], namespaces=sorted(set(namespaces)), read_only=read_only
         )
         _audit_token("TOKEN_CREATE", row, actor)
-    _any_tokens_cache = (0.0, False)
+    reset_token_cache()
     return row, plain
 
 
 def token_revoke(*, prefix: str, actor: str) -> int:
     """Revoke every live token with this prefix (as `token list` shows it); audited."""
-    global _any_tokens_cache
     with transaction.atomic():
         rows = list(ApiToken.objects.select_for_update().filter(prefix=prefix, revoked=False))
         for row in rows:
             row.revoked = True
             row.save(update_fields=["revoked"])
             _audit_token("TOKEN_REVOKE", row, actor)
-    _any_tokens_cache = (0.0, False)
+    reset_token_cache()
     return len(rows)
 
 
-def _audit_token(operation: str, row: ApiToken, actor: str) -> None:
-    from memories.models import AuditLog
+def tokens_list() -> list[dict[str, Any]]:
+    """Every token, oldest first (never its value)."""
+    return [
+        {"id": row.pk, "name": row.name, "prefix": row.prefix, "namespaces": list(row.namespaces),
+         "read_only": row.read_only, "revoked": row.revoked}
+        for row in ApiToken.objects.order_by("created_at")
+    ]
 
-    AuditLog.objects.create(
-        timestamp=timezone.now(), namespace="*", operation=operation, client_id=actor,
-        details={"name": row.name, "prefix": row.prefix, "namespaces": row.namespaces, "read_only": row.read_only},
-    )
+
+def reset_token_cache() -> None:
+    """Forget the cached "any token exists" answer (after a change, and in tests)."""
+    global _any_tokens_cache
+    _any_tokens_cache = (0.0, False)
+
+
+def _audit_token(operation: str, row: ApiToken, actor: str) -> None:
+    changes.audit(operation=operation, actor=actor, namespace="*",
+                  details={"name": row.name, "prefix": row.prefix, "namespaces": row.namespaces, "read_only": row.read_only})

@@ -1,0 +1,52 @@
+"""The names, patterns and caps of the seed's contracts, defined once for every layer.
+
+Tool schemas, config validation, model fields, services, the CLI and the admin all read
+them from here, so a limit can never differ between two interfaces.
+"""
+from __future__ import annotations
+
+import re
+from typing import Final, Literal
+
+TIERS: Final = ("T0", "T1", "T2", "T3")
+TIER_LABELS: Final = {"T0": "foundational", "T1": "institutional", "T2": "operational", "T3": "transient"}
+MEMORY_TYPES: Final = ("episodic", "semantic", "procedural")
+SOURCES: Final = ("cli", "api", "agent", "import")
+SLOTS: Final = ("company-values", "architecture", "coding-requirements", "custom")
+
+Tier = Literal["T0", "T1", "T2", "T3"]
+MemoryTypeName = Literal["episodic", "semantic", "procedural"]
+SourceName = Literal["cli", "api", "agent", "import"]
+SlotName = Literal["company-values", "architecture", "coding-requirements", "custom"]
+
+NAMESPACE_MAX: Final = 200
+COLLECTION_MAX: Final = 100
+TAG_MAX: Final = 100
+CATEGORY_NAME_MAX: Final = 100
+MAX_TAGS: Final = 20  # tags a memory holds
+SUMMARY_MAX: Final = 120  # characters of a summary (the first line, cut with "...")
+CONTENT_MAX: Final = 100_000  # characters a remember call may send
+QUERY_MAX: Final = 500  # characters of a search / recall / inject query
+DEVICE_ID_MAX: Final = 64
+ERROR_ECHO_MAX: Final = 200  # characters of a client-supplied name quoted back in an error
+
+NAMESPACE_PATTERN: Final = rf"^[a-zA-Z0-9/-]{{1,{NAMESPACE_MAX}}}$"
+COLLECTION_PATTERN: Final = rf"^[a-zA-Z0-9-]{{1,{COLLECTION_MAX}}}$"
+TAG_PATTERN: Final = rf"^[a-zA-Z0-9-]{{1,{TAG_MAX}}}$"
+CATEGORY_NAME_PATTERN: Final = rf"^[a-zA-Z0-9._-]{{1,{CATEGORY_NAME_MAX}}}$"
+
+_NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
+_COLLECTION_RE = re.compile(COLLECTION_PATTERN)
+_TAG_RE = re.compile(TAG_PATTERN)
+
+
+def is_namespace(value: object) -> bool:
+    return isinstance(value, str) and _NAMESPACE_RE.match(value) is not None
+
+
+def is_collection(value: object) -> bool:
+    return isinstance(value, str) and _COLLECTION_RE.match(value) is not None
+
+
+def is_tag(value: object) -> bool:
+    return isinstance(value, str) and _TAG_RE.match(value) is not None

@@ -1,0 +1,31 @@
+"""Building blocks of the operations' input models (pydantic): unknown fields refused, strict
+types, the seed's limits from bhgbrain_site.contracts. The models themselves live in each
+app's ``operations.py``."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from bhgbrain_site.contracts import (
+    CATEGORY_NAME_PATTERN,
+    COLLECTION_PATTERN,
+    MAX_TAGS,
+    NAMESPACE_PATTERN,
+    QUERY_MAX,
+    TAG_MAX,
+)
+
+
+class Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+Namespace = Annotated[str, StringConstraints(pattern=NAMESPACE_PATTERN)]
+CollectionName = Annotated[str, StringConstraints(pattern=COLLECTION_PATTERN)]
+CategoryName = Annotated[str, StringConstraints(pattern=CATEGORY_NAME_PATTERN)]
+Tag = Annotated[str, StringConstraints(pattern=r"^[a-zA-Z0-9-]+$", min_length=1, max_length=TAG_MAX)]
+Tags = Annotated[list[Tag], Field(max_length=MAX_TAGS)]
+Query = Annotated[str, StringConstraints(min_length=1, max_length=QUERY_MAX)]
+MemoryId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+Cursor = Annotated[str, StringConstraints(min_length=1, max_length=200)]

@@ -1,0 +1,240 @@
+"""The operation registry: each operation defined once, every interface an adapter over it.
+
+An app declares its operations in its ``operations.py``: an input model (pydantic,
+``extra="forbid"``), a handler that calls one service or selector, and whether a call
+``writes`` or acts on the ``whole_store``; it also maps its resource URIs onto operations.
+The registry imports every installed app's ``operations`` module on first use.
+
+:func:`call` is the one path an operation runs by, whichever interface asked: MCP
+(tools and resources), ``POST /tool/<name>``, ``GET /resource``, the REST viewsets and the
+CLI. It validates the arguments (JSON bodies strictly typed; query strings coerced), checks
+the caller's principal (namespaces, read-only, whole store), pins the namespace of a scoped
+caller so services filter by it, and records the call's metrics. Operations marked
+``tool`` are the seed's MCP tools; the others are reached only through the REST and CLI
+adapters that name them.
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from pydantic import BaseModel, ValidationError
+
+from bhgbrain_site.contracts import ERROR_ECHO_MAX
+from bhgbrain_site.errors import AuthRequired, DomainError, InvalidInput, NotFound, describe_validation_error
+from bhgbrain_site.metrics import metrics
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who may do what: every namespace (``namespaces`` None) or a set, optionally read-only."""
+
+    name: str
+    namespaces: frozenset[str] | None
+    read_only: bool = False
+
+    def default_namespace(self, configured: str) -> str:
+        """The configured default, unless this principal may not use it: then its first namespace."""
+        if self.namespaces is None or configured in self.namespaces or not self.namespaces:
+            return configured
+        return sorted(self.namespaces)[0]
+
+    def check(self, namespace: str, *, writes: bool) -> None:
+        if self.namespaces is not None and namespace not in self.namespaces:
+            raise AuthRequired(f'This token may not access namespace "{namespace}"')
+        if writes and self.read_only:
+            raise AuthRequired("This token is read-only")
+
+
+FULL_ACCESS = Principal(name="full", namespaces=None)
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Who is calling: ``actor`` for the audit log (``client_id``), ``principal`` for access."""
+
+    actor: str
+    principal: Principal = FULL_ACCESS
+
+
+Handler = Callable[[Any, CallContext], dict[str, Any]]
+
+
+def _never(params: Any) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    input_model: type[BaseModel]
+    handler: Handler
+    writes: Callable[[Any], bool] = _never
+    whole_store: bool = False  # reads or replaces every namespace: the master token only
+    tool: bool = True  # one of the seed's tools (MCP tools/list, POST /tool/<name>)
+    scoped: bool = True  # reads or writes a namespace (health does not)
+
+    @property
+    def description(self) -> str:
+        return (self.handler.__doc__ or "").strip()
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A URI (static, or a template such as ``memory://{id}``) read by one operation: the
+    template's variables and the URI's query string become the operation's arguments."""
+
+    uri: str
+    name: str
+    description: str
+    operation: str
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_template(self) -> bool:
+        return "{" in self.uri
+
+    def match(self, base: str) -> dict[str, str] | None:
+        if not self.is_template:
+            return {} if base == self.uri else None
+        pattern = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/?#]+)", re.escape(self.uri))
+        found = re.fullmatch(pattern, base)
+        return found.groupdict() if found else None
+
+
+_operations: dict[str, Operation] = {}
+_resources: list[Resource] = []
+_loaded = False
+_load_lock = threading.Lock()
+
+
+def operation(
+    name: str, input_model: type[BaseModel], *, writes: Callable[[Any], bool] = _never,
+    whole_store: bool = False, tool: bool = True, scoped: bool = True,
+) -> Callable[[Handler], Handler]:
+    """Register ``handler(params, ctx)`` under ``name``; its docstring is the description."""
+
+    def register(handler: Handler) -> Handler:
+        if name in _operations:
+            raise RuntimeError(f"operation {name!r} is registered twice")
+        _operations[name] = Operation(name, input_model, handler, writes, whole_store, tool, scoped)
+        return handler
+
+    return register
+
+
+def resource(uri: str, name: str, description: str, *, operation: str, fixed: Mapping[str, Any] | None = None) -> None:
+    _resources.append(Resource(uri, name, description, operation, dict(fixed or {})))
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    with _load_lock:
+        if not _loaded:
+            from django.utils.module_loading import autodiscover_modules
+
+            autodiscover_modules("operations")
+            _loaded = True
+
+
+def get_operation(name: str) -> Operation:
+    _load()
+    found = _operations.get(name)
+    if found is None:
+        raise NotFound(f"Unknown operation: {name[:ERROR_ECHO_MAX]}")
+    return found
+
+
+def input_model(name: str) -> type[BaseModel]:
+    """The input model of an operation (the REST schema documents request bodies with it)."""
+    return get_operation(name).input_model
+
+
+def tools() -> list[Operation]:
+    _load()
+    return [op for op in _operations.values() if op.tool]
+
+
+def resources() -> list[Resource]:
+    _load()
+    return list(_resources)
+
+
+def _parse(op: Operation, arguments: Any, coerce: bool) -> BaseModel:
+    if not isinstance(arguments, dict):
+        raise InvalidInput("Invalid input: the arguments must be a JSON object")
+    try:
+        return op.input_model.model_validate(arguments, strict=False if coerce else None)
+    except ValidationError as exc:
+        raise InvalidInput(describe_validation_error(exc)) from None
+
+
+def _scoped(op: Operation, params: BaseModel, principal: Principal) -> BaseModel:
+    """Check the caller may use the call's namespace; pin it so services filter by it."""
+    from django.conf import settings
+
+    if op.whole_store and principal.namespaces is not None:
+        raise AuthRequired(f"The {op.name} tool acts on every namespace: it needs the master token")
+    if not op.scoped:
+        return params
+    namespace = getattr(params, "namespace", None) or principal.default_namespace(settings.BHGBRAIN.defaults.namespace)
+    principal.check(namespace, writes=op.writes(params))
+    if principal.namespaces is None or "namespace" not in type(params).model_fields:
+        return params
+    return params.model_copy(update={"namespace": namespace})
+
+
+def call(name: str, arguments: Any, ctx: CallContext, *, coerce: bool = False) -> dict[str, Any]:
+    """Validate and run one operation; raises DomainError subclasses on failure.
+    ``coerce``: the arguments come from a query string (text to be read as numbers, booleans)."""
+    op = get_operation(name)
+    started, outcome = time.perf_counter(), "ok"
+    try:
+        params = _parse(op, arguments, coerce)
+        return op.handler(_scoped(op, params, ctx.principal), ctx)
+    except DomainError as exc:
+        outcome = exc.code
+        raise
+    except Exception:
+        outcome = "INTERNAL"
+        raise
+    finally:
+        metrics.tool_call(op.name, outcome, time.perf_counter() - started)
+
+
+def call_tool(name: str, arguments: Any, ctx: CallContext) -> dict[str, Any]:
+    """A tool call (MCP tools/call, POST /tool/<name>): only the seed's tools answer."""
+    _load()
+    found = _operations.get(name)
+    if found is None or not found.tool:
+        raise NotFound(f"Unknown tool: {name[:ERROR_ECHO_MAX]}")
+    return call(name, arguments, ctx)
+
+
+def _query(uri: str) -> dict[str, str]:
+    """The URI's query string; blank values mean "not given"."""
+    params = parse_qs(urlsplit(uri).query, keep_blank_values=True)
+    return {key: values[-1] for key, values in params.items() if values[-1] != ""}
+
+
+def read_resource(uri: str, ctx: CallContext) -> dict[str, Any]:
+    """Resolve a resource URI (static first, then templates) and run its operation.
+    Query parameters the operation does not know are ignored."""
+    if not isinstance(uri, str) or not uri or len(uri) > 2000:
+        raise InvalidInput("uri: required, at most 2000 characters")
+    base = uri.split("?", 1)[0]
+    for found in sorted(resources(), key=lambda r: r.is_template):
+        variables = found.match(base)
+        if variables is None:
+            continue
+        fields = get_operation(found.operation).input_model.model_fields
+        arguments = {k: v for k, v in _query(uri).items() if k in fields and k not in found.fixed}
+        return call(found.operation, {**arguments, **variables, **found.fixed}, ctx, coerce=True)
+    raise NotFound(f"Unknown resource: {base[:ERROR_ECHO_MAX]}")

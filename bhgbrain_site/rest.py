@@ -1,0 +1,65 @@
+"""DRF glue: the exception handler (the one error envelope) and the base of every REST viewset.
+
+A viewset action is an adapter over the operation registry: it gathers the operation's
+arguments from the path, the query string and the body, and calls it with the caller's
+context, so validation and namespace scoping are the registry's, never the view's.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import exceptions, viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from bhgbrain_site import registry
+from bhgbrain_site.errors import InvalidInput, error_for_status, to_envelope
+from bhgbrain_site.registry import CallContext
+
+
+def _drf_message(exc: exceptions.APIException) -> str:
+    detail = exc.detail
+    if isinstance(detail, dict):
+        return "Invalid input: " + "; ".join(f"{field}: {' '.join(map(str, msgs if isinstance(msgs, list) else [msgs]))}"
+                                             for field, msgs in detail.items())
+    if isinstance(detail, list):
+        return "Invalid input: " + "; ".join(map(str, detail))
+    return str(detail)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    """DRF's errors and our DomainErrors, all as {"error": {code, message, retryable}}."""
+    if isinstance(exc, exceptions.APIException):
+        exc = error_for_status(exc.status_code, _drf_message(exc))
+    status, body = to_envelope(exc)
+    return Response(body, status=status)
+
+
+def call_context(request: Request) -> CallContext:
+    """The caller of a request: the principal the bearer middleware found (bhgbrain_site.security)."""
+    actor = f"api:{request.META.get('REMOTE_ADDR') or 'unknown'}"
+    principal = getattr(request, "bhgbrain_principal", None)
+    return CallContext(actor=actor, principal=principal) if principal else CallContext(actor=actor)
+
+
+class OperationViewSet(viewsets.ViewSet):
+    """Each action gathers an operation's arguments and returns what the operation returns."""
+
+    def run(self, name: str, arguments: dict[str, Any], *, status: int = 200, coerce: bool = False) -> Response:
+        result = registry.call(name, arguments, call_context(self.request), coerce=coerce)
+        return Response(result, status=status)
+
+    def body(self) -> dict[str, Any]:
+        """The request body, which must be a JSON object (an empty body is an empty object)."""
+        if not self.request.body:  # read first: DRF then parses the cached bytes
+            return {}
+        data = self.request.data
+        if not isinstance(data, dict):
+            raise InvalidInput("Invalid input: the body must be a JSON object")
+        return dict(data)
+
+    def query(self, *names: str, **renamed: str) -> dict[str, str]:
+        """The query parameters ``names`` (and ``renamed``: operation argument → parameter), blanks dropped."""
+        params = self.request.query_params
+        wanted = {**{name: name for name in names}, **renamed}
+        return {arg: params[key] for arg, key in wanted.items() if params.get(key, "") != ""}

@@ -1,0 +1,257 @@
+"""The write funnel: every change to a memory goes through one call here.
+
+A call makes the change (insert, update, delete, the whole store replaced) and, in the same
+transaction, writes its audit row, appends the change feed (``VectorChange``) and runs every
+indexer registered for the transaction; after commit it brings this process's vector index
+up to date. If that last step fails the rows are only flagged ``vector_synced = false``:
+the feed keeps the change for other processes, Qdrant and the scheduled ``vector_sync``.
+
+- A new write path makes one call: :func:`memory_saved`, :func:`memories_updated`,
+  :func:`memories_removed` or :func:`store_replacement`.
+- A new index registers once, from its app's ``AppConfig.ready``: :func:`register_indexer`
+  (the full-text index does so from ``search/apps.py``).
+- Writes that change no memory (categories, tokens, backups) record their audit row with
+  :func:`audit`.
+
+How the feed is read and pruned: memories/feed.py.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from django.db import transaction
+from django.utils import timezone
+
+from memories.models import AuditLog, Memory, VectorChange
+from memories.vector_index import get_vector_index
+
+logger = logging.getLogger("bhgbrain.changes")
+
+# Fields some index can see (vector payloads, full-text rows, search filters): a change to any
+# of them appends the feed. Access counts, review dates and bookkeeping flags do not.
+INDEXED_FIELDS = frozenset({
+    "namespace", "collection", "type", "category", "content", "summary", "tags", "source", "importance",
+    "retention_tier", "expires_at", "decay_eligible", "archived", "device_id", "embedding", "embedding_model",
+    "created_at",
+})
+DIRECT_LIMIT = 20  # after commit, up to this many memories are applied to the index one by one; more: one sync
+
+
+class Indexer(Protocol):
+    """An index kept inside the write's transaction (so it never disagrees with the memories)."""
+
+    def written(self, memories: Sequence[Memory], fields: frozenset[str] | None) -> None:
+        """Memories inserted or updated; ``fields`` changed (None: any field may have)."""
+
+    def removed(self, memory_ids: Sequence[uuid.UUID]) -> None: ...
+
+    def cleared(self) -> None:
+        """Every memory is gone (a restore replaces the store)."""
+
+
+_indexers: list[Indexer] = []
+
+
+def register_indexer(indexer: Indexer) -> None:
+    """Run ``indexer`` in every memory write from now on (once per indexer type)."""
+    if not any(type(existing) is type(indexer) for existing in _indexers):
+        _indexers.append(indexer)
+
+
+@dataclass(frozen=True)
+class Audit:
+    """The audit row of a change: which operation, who asked (the client id), what it did."""
+
+    operation: str
+    actor: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """A complete audit row (as read back from a backup)."""
+
+    timestamp: datetime
+    namespace: str
+    operation: str
+    memory_id: uuid.UUID | None
+    client_id: str
+    details: dict[str, Any]
+
+
+def audit(*, operation: str, actor: str, namespace: str, memory_id: uuid.UUID | None = None,
+          details: dict[str, Any] | None = None, at: datetime | None = None) -> None:
+    """One audit row for a write that changes no memory (categories, tokens, backups, a
+    collection); ``namespace`` "*" for the whole store."""
+    AuditLog.objects.create(timestamp=at or timezone.now(), namespace=namespace, operation=operation,
+                            memory_id=memory_id, client_id=actor, details=details or {})
+
+
+def _audit_rows(memories: Iterable[Memory], audit_of: Callable[[Memory], Audit | None], at: datetime) -> None:
+    rows = []
+    for memory in memories:
+        entry = audit_of(memory)
+        if entry is not None:
+            rows.append(AuditLog(timestamp=at, namespace=memory.namespace, operation=entry.operation,
+                                 memory_id=memory.id, client_id=entry.actor, details=entry.details))
+    AuditLog.objects.bulk_create(rows)
+
+
+def _feed(memory_ids: Iterable[uuid.UUID], op: str) -> None:
+    VectorChange.objects.bulk_create((VectorChange(memory_id=memory_id, op=op) for memory_id in memory_ids),
+                                     batch_size=2000)
+
+
+def _index_written(memories: Sequence[Memory], fields: frozenset[str] | None) -> None:
+    for indexer in _indexers:
+        indexer.written(memories, fields)
+
+
+def _index_removed(memory_ids: Sequence[uuid.UUID]) -> None:
+    for indexer in _indexers:
+        indexer.removed(memory_ids)
+
+
+# --------------------------------------------------------------------------- after commit
+
+
+def _apply(written: Sequence[tuple[Memory, int]], removed: Sequence[uuid.UUID]) -> None:
+    """This process's vector index learns the change now (the others from the feed)."""
+    index = get_vector_index()
+    if index is None:
+        return
+    try:
+        if len(written) + len(removed) > DIRECT_LIMIT:
+            index.sync()
+            return
+        for memory, change_id in written:
+            index.upsert(memory, change_id=change_id)
+        for memory_id in removed:
+            index.delete(str(memory_id))
+    except Exception:  # noqa: BLE001 - an index failure must only flag rows, never lose a write
+        logger.exception("vector index update failed; the change feed keeps it for vector_sync")
+        if written:
+            Memory.objects.filter(pk__in=[memory.pk for memory, _ in written]).update(vector_synced=False)
+
+
+def _after_commit(written: Sequence[tuple[Memory, int]] = (), removed: Sequence[uuid.UUID] = ()) -> None:
+    transaction.on_commit(lambda: _apply(list(written), list(removed)))
+
+
+def sync_indexes() -> None:
+    """Bring this process's vector index up to the feed now (after writes made with ``sync=False``)."""
+    index = get_vector_index()
+    if index is None:
+        return
+    try:
+        index.sync()
+    except Exception:  # noqa: BLE001 - the feed keeps the change; the scheduled vector_sync retries
+        logger.exception("vector index sync failed; retried by the scheduled vector_sync")
+
+
+# --------------------------------------------------------------------------- memory changes
+
+
+def memory_saved(memory: Memory, *, audit: Audit | None, at: datetime, insert: bool = False,
+                 fields: Iterable[str] | None = None, sync: bool = True) -> int | None:
+    """Insert (``insert``) or update one memory (only ``fields`` when given) with every side
+    effect; returns the feed row's id (None when no indexed field changed)."""
+    changed = frozenset(fields) if fields is not None else None
+    if insert:
+        memory.save(force_insert=True)
+    else:
+        memory.save(update_fields=sorted(changed) if changed is not None else None)
+    _index_written([memory], changed)
+    if audit is not None:
+        _audit_rows([memory], lambda _m: audit, at)
+    if changed is not None and not changed & INDEXED_FIELDS:
+        return None
+    change_id = VectorChange.objects.create(memory_id=memory.id, op=VectorChange.Op.UPSERT).pk
+    if sync:
+        _after_commit(written=[(memory, change_id)])
+    return change_id
+
+
+def memories_updated(memory_ids: Sequence[uuid.UUID], values: dict[str, Any], *,
+                     audit: Callable[[Memory], Audit | None] | None, at: datetime) -> int:
+    """Set ``values`` on many memories at once (one UPDATE); returns how many changed."""
+    count = Memory.objects.filter(id__in=memory_ids).update(**values)
+    changed = frozenset(values)
+    memories = list(Memory.objects.filter(id__in=memory_ids).defer("embedding"))
+    _index_written(memories, changed)
+    if audit is not None:
+        _audit_rows(memories, audit, at)
+    if changed & INDEXED_FIELDS:
+        _feed([m.id for m in memories], VectorChange.Op.UPSERT)
+        transaction.on_commit(sync_indexes)
+    return count
+
+
+def memories_removed(memories: Sequence[Memory], *, audit: Callable[[Memory], Audit | None] | None,
+                     at: datetime) -> None:
+    """Delete memories for good (forget, a collection deleted, the cleanup after archiving)."""
+    if not memories:
+        return
+    ids = [memory.id for memory in memories]
+    if audit is not None:
+        _audit_rows(memories, audit, at)
+    _feed(ids, VectorChange.Op.DELETE)
+    _index_removed(ids)
+    Memory.objects.filter(id__in=ids).delete()
+    _after_commit(removed=ids)
+
+
+class StoreReplacement:
+    """The whole store being replaced inside one transaction (a backup restore)."""
+
+    def __init__(self, actor: str, at: datetime) -> None:
+        self.actor, self.at = actor, at
+        self.audit: Audit | None = None  # set before the block ends
+        self._before: set[uuid.UUID] = set(Memory.objects.values_list("id", flat=True))
+        self._loaded: set[uuid.UUID] = set()
+
+    def clear(self) -> None:
+        """Every memory and audit row goes; so does every index's copy."""
+        Memory.objects.all().delete()
+        AuditLog.objects.all().delete()
+        for indexer in _indexers:
+            indexer.cleared()
+
+    def load(self, memories: Sequence[Memory]) -> None:
+        """Insert a batch of memories as they were (no audit row each: the store's row says it)."""
+        Memory.objects.bulk_create(memories)
+        _index_written(memories, None)
+        self._loaded.update(memory.id for memory in memories)
+
+    def load_audit(self, entries: Iterable[AuditEntry], batch_size: int = 2000) -> None:
+        AuditLog.objects.bulk_create(
+            (AuditLog(timestamp=e.timestamp, namespace=e.namespace, operation=e.operation, memory_id=e.memory_id,
+                      client_id=e.client_id, details=e.details) for e in entries),
+            batch_size=batch_size,
+        )
+
+    def finish(self) -> None:
+        """DELETE feed rows only for memories this store had and the new one lacks (a shared
+        Qdrant keeps other devices' points), then a RESET: every index reloads."""
+        _feed(self._before - self._loaded, VectorChange.Op.DELETE)
+        _feed([uuid.UUID(int=0)], VectorChange.Op.RESET)
+        if self.audit is not None:
+            audit(operation=self.audit.operation, actor=self.audit.actor, namespace="*", details=self.audit.details,
+                  at=self.at)
+        transaction.on_commit(sync_indexes)
+
+
+@contextlib.contextmanager
+def store_replacement(*, actor: str, at: datetime) -> Iterator[StoreReplacement]:
+    """Replace the whole store: ``clear()``, ``load()`` the new memories, set ``audit``; the
+    feed, the audit row and the indexes' reload follow when the block ends."""
+    with transaction.atomic():
+        replacement = StoreReplacement(actor, at)
+        yield replacement
+        replacement.finish()

@@ -1,0 +1,62 @@
+"""The change feed (``VectorChange``): how in-process indexes follow it, and how it is pruned.
+
+Every write appends it in its own transaction (memories/changes.py), so a change reaches
+every process's index, and Qdrant, even when the writer died right after its commit.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from memories.models import VectorChange, VectorIndexCursor
+
+RELOAD_AFTER_CHANGES = 5_000  # a bigger burst is cheaper to reload than to fetch id by id
+FEED_KEEP_DAYS = 7  # feed_prune drops older rows
+RELOAD_AFTER_IDLE = (FEED_KEEP_DAYS - 1) * 86_400.0  # seconds without catching up: rows may be gone
+
+
+def needs_reload(changes: list[tuple[int, uuid.UUID, str]], caught_up_at: float) -> bool:
+    """A store-wide reset in the feed, too many changed rows to fetch by id, or a reader idle
+    for so long that feed rows it never saw may have been pruned."""
+    if time.monotonic() - caught_up_at > RELOAD_AFTER_IDLE:
+        return True
+    return len(changes) > RELOAD_AFTER_CHANGES or any(op == VectorChange.Op.RESET for _, _, op in changes)
+
+
+class FeedReader:
+    """One in-process index's position in the change feed."""
+
+    def __init__(self) -> None:
+        self.last_change = 0
+        self.caught_up_at = time.monotonic()
+
+    def start(self) -> None:
+        """At a full load: everything up to the newest row is in."""
+        self.last_change = VectorChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        self.caught_up_at = time.monotonic()
+
+    def read(self) -> list[tuple[int, uuid.UUID, str]] | None:
+        """The rows since the last read, or None when the reader must reload everything."""
+        changes = list(
+            VectorChange.objects.filter(id__gt=self.last_change).order_by("id").values_list("id", "memory_id", "op")
+        )
+        caught_up_at, self.caught_up_at = self.caught_up_at, time.monotonic()
+        if changes and needs_reload(changes, caught_up_at):
+            return None
+        if changes:
+            self.last_change = changes[-1][0]
+        return changes
+
+
+def feed_prune(*, now: datetime | None = None) -> int:
+    """Old feed rows go, but never one an external index (Qdrant) has not applied yet."""
+    now = now or timezone.now()
+    old = VectorChange.objects.filter(created_at__lt=now - timedelta(days=FEED_KEEP_DAYS))
+    behind = VectorIndexCursor.objects.order_by("last_change").values_list("last_change", flat=True).first()
+    if behind is not None:
+        old = old.filter(id__lte=behind)
+    deleted, _ = old.delete()
+    return deleted

@@ -1,0 +1,251 @@
+"""The memories app's operations (tools remember, forget, tag, collections, bootstrap, import,
+repair; reads for REST and the CLI) and the resources that read them.
+
+Each handler parses nothing and decides nothing: the registry has validated the input and
+checked the caller; the handler fills defaults and calls one service or selector.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from django.conf import settings
+from pydantic import Field
+
+from bhgbrain_site.contracts import CONTENT_MAX, DEVICE_ID_MAX, MemoryTypeName, SourceName, Tier
+from bhgbrain_site.errors import InvalidInput, NotFound
+from bhgbrain_site.inputs import CollectionName, Cursor, Input, MemoryId, Namespace, Tag, Tags
+from bhgbrain_site.registry import CallContext, operation, resource
+from memories import access, bootstrap, curation, repair, selectors, services
+
+
+def _namespace(value: str | None) -> str:
+    return value or settings.BHGBRAIN.defaults.namespace
+
+
+def _always(params: Any) -> bool:
+    return True
+
+
+class RememberParams(Input):
+    content: str = Field(min_length=1, max_length=CONTENT_MAX)
+    namespace: Namespace | None = None
+    collection: CollectionName | None = None
+    type: MemoryTypeName = "semantic"
+    tags: Tags = Field(default_factory=list)
+    category: str | None = Field(default=None, min_length=1, max_length=100)
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    source: SourceName = "cli"
+    retention_tier: Tier | None = None
+
+
+@operation("remember", RememberParams, writes=_always)
+def remember(params: RememberParams, ctx: CallContext) -> dict[str, Any]:
+    """Store a memory. Content is normalised, checked for secrets, deduplicated (exact
+    checksum, then semantic similarity within the collection) and given a retention tier
+    (T0 foundational … T3 transient). Returns the id and operation: ADD, UPDATE (merged
+    into a near-duplicate; merged_with_id) or NOOP (already known)."""
+    data = services.RememberInput(
+        content=params.content, namespace=_namespace(params.namespace),
+        collection=params.collection or settings.BHGBRAIN.defaults.collection, type=params.type,
+        tags=tuple(params.tags), category=params.category, importance=params.importance, source=params.source,
+        retention_tier=params.retention_tier,
+    )
+    return services.memory_remember(data=data, actor=ctx.actor).as_dict()
+
+
+class ForgetParams(Input):
+    id: MemoryId
+    namespace: Namespace | None = None
+
+
+@operation("forget", ForgetParams, writes=_always)
+def forget(params: ForgetParams, ctx: CallContext) -> dict[str, Any]:
+    """Permanently delete one memory by id (NOT_FOUND if it does not exist, is archived,
+    or belongs to another namespace than the one given)."""
+    return services.memory_forget(memory_id=params.id, namespace=params.namespace, actor=ctx.actor)
+
+
+class TagParams(Input):
+    id: MemoryId
+    add: Tags = Field(default_factory=list)
+    remove: Tags = Field(default_factory=list)
+    namespace: Namespace | None = None
+
+
+@operation("tag", TagParams, writes=_always)
+def tag(params: TagParams, ctx: CallContext) -> dict[str, Any]:
+    """Add and/or remove tags on one memory (at most 20 tags in total). Content and
+    embedding are unchanged; the full-text index and the vector payload are updated."""
+    return services.memory_tag(memory_id=params.id, add=params.add, remove=params.remove,
+                               namespace=params.namespace, actor=ctx.actor)
+
+
+class CollectionsParams(Input):
+    action: Literal["list", "create", "delete"]
+    namespace: Namespace | None = None
+    name: CollectionName | None = None
+    force: bool = False
+
+
+@operation("collections", CollectionsParams, writes=lambda p: p.action != "list")
+def collections(params: CollectionsParams, ctx: CallContext) -> dict[str, Any]:
+    """List, create or delete the collections of a namespace. Deleting a non-empty
+    collection needs force=true and deletes its memories (CONFLICT otherwise)."""
+    namespace = _namespace(params.namespace)
+    if params.action == "list":
+        return {"collections": selectors.collections_list(namespace=namespace)}
+    if params.name is None:
+        raise InvalidInput(f"name: required for action {params.action}", field="name")
+    if params.action == "create":
+        return services.collection_create(namespace=namespace, name=params.name, actor=ctx.actor)
+    return services.collection_delete(namespace=namespace, name=params.name, force=params.force, actor=ctx.actor)
+
+
+class BootstrapParams(Input):
+    action: Literal["start", "submit", "status", "reset"]
+    section: int | None = Field(default=None, ge=1, le=10)
+    answers: str | None = Field(default=None, min_length=1, max_length=500_000)
+    namespace: Namespace = "profile"
+
+
+@operation("bootstrap", BootstrapParams, writes=lambda p: p.action in ("submit", "reset"))
+def bootstrap_(params: BootstrapParams, ctx: CallContext) -> dict[str, Any]:
+    """Guided interview that builds a work profile in 10 sections (identity, responsibilities,
+    goals, communication, work patterns, tools, entities, repositories, tenants, operating
+    rules). start: the first incomplete section and its questions; submit: store the answers
+    (one memory per paragraph, with the section's collection, tier and tags) and get the next
+    section; status: progress per section; reset: clear a section and forget its memories."""
+    if params.action == "start":
+        return bootstrap.bootstrap_start(namespace=params.namespace)
+    if params.action == "status":
+        return bootstrap.bootstrap_status(namespace=params.namespace)
+    if params.section is None:
+        raise InvalidInput(f"section: required for action {params.action}", field="section")
+    if params.action == "reset":
+        return bootstrap.bootstrap_reset(namespace=params.namespace, section=params.section, actor=ctx.actor)
+    if params.answers is None:
+        raise InvalidInput("answers: required for action submit", field="answers")
+    return bootstrap.bootstrap_submit(namespace=params.namespace, section=params.section, answers=params.answers,
+                                      actor=ctx.actor)
+
+
+class ImportParams(Input):
+    format: Literal["profile", "freeform"]
+    content: str = Field(min_length=1, max_length=500_000)
+    namespace: Namespace = "profile"
+    dry_run: bool = False
+
+
+@operation("import", ImportParams, writes=lambda p: not p.dry_run)
+def import_(params: ImportParams, ctx: CallContext) -> dict[str, Any]:
+    """Import a structured profile (format "profile": sections by markdown heading, mapped to
+    the bootstrap sections) or freeform text (paragraphs) as memories. dry_run returns previews
+    (content, collection, type, tier, tags, section) without storing anything."""
+    return bootstrap.profile_import(namespace=params.namespace, fmt=params.format, content=params.content,
+                                    dry_run=params.dry_run, actor=ctx.actor)
+
+
+class RepairParams(Input):
+    dry_run: bool = False
+    device_id: str | None = Field(default=None, min_length=1, max_length=DEVICE_ID_MAX)
+
+
+@operation("repair", RepairParams, writes=lambda p: not p.dry_run, whole_store=True)
+def repair_(params: RepairParams, ctx: CallContext) -> dict[str, Any]:
+    """Rebuild this device's store from a shared Qdrant (vector_index "qdrant"; master token).
+    Every bhgbrain_* collection is scanned; memories missing here whose point carries content
+    are inserted with their metadata, expiry, device id and vector. dry_run reports only;
+    device_id limits recovery to memories one device created. Returns collections_scanned,
+    points_scanned, already_in_sqlite, skipped_no_content, recovered, errors."""
+    return repair.repair_from_index(dry_run=params.dry_run, device_id=params.device_id, actor=ctx.actor).as_dict()
+
+
+# --------------------------------------------------------------------------- reads (REST, CLI, resources)
+
+
+class MemoriesListParams(Input):
+    namespace: Namespace | None = None
+    limit: int = Field(default=20, ge=1, le=100)
+    cursor: Cursor | None = None
+    type: MemoryTypeName | None = None
+    tier: Tier | None = None
+    tag: Tag | None = None
+
+
+@operation("memories.list", MemoriesListParams, tool=False)
+def memories_list(params: MemoriesListParams, ctx: CallContext) -> dict[str, Any]:
+    """Memories of a namespace, newest first, keyset-paginated; filters: type, tier, tag."""
+    return selectors.memories_page(namespace=_namespace(params.namespace), limit=params.limit, cursor=params.cursor,
+                                   memory_type=params.type, tier=params.tier, tag=params.tag)
+
+
+class MemoryParams(Input):
+    id: MemoryId
+    namespace: Namespace | None = None
+
+
+@operation("memories.get", MemoryParams, tool=False)
+def memories_get(params: MemoryParams, ctx: CallContext) -> dict[str, Any]:
+    """One memory in full; counts as an access (sliding expiry, promotion)."""
+    return access.memory_open(memory_id=params.id, namespace=_namespace(params.namespace))
+
+
+@operation("memories.tier", MemoryParams, tool=False)
+def memories_tier(params: MemoryParams, ctx: CallContext) -> dict[str, Any]:
+    """A memory's tier, expiry, review date and access count (not counted as an access)."""
+    memory = selectors.memory_get(memory_id=selectors.parse_memory_id(params.id), namespace=_namespace(params.namespace))
+    if memory is None:
+        raise NotFound(f"Memory {params.id} not found")
+    return selectors.tier_view(memory)
+
+
+class SetTierParams(Input):
+    id: MemoryId
+    tier: Tier
+    namespace: Namespace | None = None
+
+
+@operation("memories.set_tier", SetTierParams, writes=_always, tool=False)
+def memories_set_tier(params: SetTierParams, ctx: CallContext) -> dict[str, Any]:
+    """Change a memory's tier; its expiry and review date are recomputed from now."""
+    memory = curation.memory_edit(memory_id=params.id, namespace=_namespace(params.namespace),
+                                  changes={"retention_tier": params.tier}, actor=ctx.actor)
+    return selectors.tier_view(memory)
+
+
+class CollectionParams(Input):
+    name: CollectionName
+    namespace: Namespace | None = None
+    limit: int = Field(default=20, ge=1, le=100)
+    cursor: Cursor | None = None
+
+
+@operation("collections.get", CollectionParams, tool=False)
+def collections_get(params: CollectionParams, ctx: CallContext) -> dict[str, Any]:
+    """The memories of one collection, newest first, keyset-paginated."""
+    page = selectors.memories_page(namespace=_namespace(params.namespace), limit=params.limit, cursor=params.cursor,
+                                   collection=params.name)
+    return {"name": params.name, **page}
+
+
+class AuditParams(Input):
+    namespace: Namespace | None = None
+    limit: int = Field(default=50, ge=1, le=500)
+    operation: str | None = Field(default=None, min_length=1, max_length=32)
+    memory_id: MemoryId | None = None
+
+
+@operation("audit.list", AuditParams, tool=False)
+def audit_list(params: AuditParams, ctx: CallContext) -> dict[str, Any]:
+    """Recent audit entries of a namespace, newest first (optionally one operation or memory)."""
+    return {"entries": selectors.audit_entries(namespace=_namespace(params.namespace), limit=params.limit,
+                                               operation=params.operation, memory_id=params.memory_id)}
+
+
+resource("memory://list", "Memory list", "Cursor-paginated memories, newest first (?namespace=&limit=1..100&cursor=)",
+         operation="memories.list")
+resource("collection://list", "Collection list", "Collections of the namespace with memory counts (?namespace=)",
+         operation="collections", fixed={"action": "list"})
+resource("memory://{id}", "Memory", "One memory by id (?namespace=); counts as an access", operation="memories.get")
+resource("collection://{name}", "Collection", "Memories of one collection, newest first (?namespace=&limit=&cursor=)",
+         operation="collections.get")

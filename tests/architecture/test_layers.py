@@ -1,0 +1,48 @@
+"""The shape the import contracts (.importlinter) and the write funnel promise, checked on the tree."""
+from __future__ import annotations
+
+import configparser
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+APPS = ("bhgbrain_site", "memories", "search", "categories", "retention", "mcp_bridge")
+
+
+def _layers() -> list[set[str]]:
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    raw = config["importlinter:contract:layers"]["layers"]
+    return [{m.strip() for m in re.split(r"[|:]", line) if m.strip()} for line in raw.strip().splitlines()]
+
+
+def _product_files() -> list[Path]:
+    return [p for app in APPS for p in (ROOT / app).rglob("*.py") if "migrations" not in p.parts]
+
+
+def test_every_shell_and_ground_module_sits_in_a_layer() -> None:
+    """bhgbrain_site holds both the ground and the shell: a module listed in neither layer would
+    escape the layers contract."""
+    listed = set().union(*_layers())
+    modules = {f"bhgbrain_site.{p.stem}" for p in (ROOT / "bhgbrain_site").glob("*.py") if p.stem != "__init__"}
+    assert modules - listed == set()
+
+
+def test_audit_and_feed_rows_are_written_by_the_funnel_only() -> None:
+    pattern = re.compile(r"\b(?:AuditLog|VectorChange)\(|\b(?:AuditLog|VectorChange)\.objects\.(?:create|bulk_create)")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in _product_files() if path.name not in ("changes.py", "models.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)
+    ]
+    assert offenders == []
+
+
+def test_no_domain_module_imports_the_mcp_bridge() -> None:
+    offenders = [
+        str(path.relative_to(ROOT)) for path in _product_files()
+        if path.parts[-2] != "mcp_bridge" and "mcp_bridge" in path.read_text() and re.search(
+            r"^\s*(from|import) mcp_bridge", path.read_text(), re.MULTILINE)
+        and not str(path.relative_to(ROOT)).startswith(("bhgbrain_site/asgi.py", "bhgbrain_site/cli.py"))
+    ]
+    assert offenders == []
