@@ -99,63 +99,78 @@ def cmd_backup(args: argparse.Namespace) -> int:
     return _run("backup", {"action": args.backup_command})
 
 
-def add_store_commands(sub: Any) -> None:
-    def command(name: str, helptext: str, func: Callable[[argparse.Namespace], int], parent: Any = sub) -> argparse.ArgumentParser:
-        parser = parent.add_parser(name, help=helptext)
-        parser.add_argument("--namespace", help="default: the configured one")
-        parser.set_defaults(func=func)
-        return parser
+def _command(parent: Any, name: str, helptext: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    """A subcommand that acts on one namespace (``--namespace``, default: the configured one)."""
+    parser = parent.add_parser(name, help=helptext)
+    parser.add_argument("--namespace", help="default: the configured one")
+    parser.set_defaults(func=func)
+    return parser
 
-    command("list", "recent memories, newest first", cmd_list).add_argument("--limit", type=int, default=20)
-    search = command("search", "hybrid search (or --mode fulltext|semantic)", cmd_search)
+
+def _add_reads(sub: Any) -> None:
+    _command(sub, "list", "recent memories, newest first", cmd_list).add_argument("--limit", type=int, default=20)
+    search = _command(sub, "search", "hybrid search (or --mode fulltext|semantic)", cmd_search)
     search.add_argument("query")
     search.add_argument("--mode", choices=("hybrid", "fulltext", "semantic"), default="hybrid")
     search.add_argument("--limit", type=int, default=10)
-    command("show", "one memory in full (counts as an access)", cmd_show).add_argument("id")
+    _command(sub, "show", "one memory in full (counts as an access)", cmd_show).add_argument("id")
+    stats = _command(sub, "stats", "counts, sizes and collections", cmd_stats)
+    stats.add_argument("--by-tier", action="store_true")
+    stats.add_argument("--expiring", action="store_true", help="memories expiring within pre_expiry_warning_days")
+    audit = _command(sub, "audit", "recent audit entries", cmd_audit)
+    audit.add_argument("--limit", type=int, default=50)
+    audit.add_argument("--operation")
 
+
+def _add_tier(sub: Any) -> None:
     tier = sub.add_parser("tier", help="retention tiers").add_subparsers(dest="tier_command", required=True)
-    command("show", "a memory's tier, expiry and access count", cmd_tier, tier).add_argument("id")
-    tier_set = command("set", "change a memory's tier (expiry recomputed)", cmd_tier, tier)
+    _command(tier, "show", "a memory's tier, expiry and access count", cmd_tier).add_argument("id")
+    tier_set = _command(tier, "set", "change a memory's tier (expiry recomputed)", cmd_tier)
     tier_set.add_argument("id")
     tier_set.add_argument("tier", choices=TIERS)
-    tier_list = command("list", "memories of one tier", cmd_tier, tier)
+    tier_list = _command(tier, "list", "memories of one tier", cmd_tier)
     tier_list.add_argument("--tier", choices=TIERS, required=True)
     tier_list.add_argument("--limit", type=int, default=20)
     tier_list.add_argument("--cursor")
 
-    stats = command("stats", "counts, sizes and collections", cmd_stats)
-    stats.add_argument("--by-tier", action="store_true")
-    stats.add_argument("--expiring", action="store_true", help="memories expiring within pre_expiry_warning_days")
-    audit = command("audit", "recent audit entries", cmd_audit)
-    audit.add_argument("--limit", type=int, default=50)
-    audit.add_argument("--operation")
 
+def _add_category(sub: Any) -> None:
     category = sub.add_parser("category", help="policy categories").add_subparsers(dest="category_command", required=True)
-    command("list", "every category of the namespace", cmd_category, category)
-    command("get", "one category's content", cmd_category, category).add_argument("name")
-    category_set = command("set", "create or update (content from --content or stdin)", cmd_category, category)
+    _command(category, "list", "every category of the namespace", cmd_category)
+    _command(category, "get", "one category's content", cmd_category).add_argument("name")
+    category_set = _command(category, "set", "create or update (content from --content or stdin)", cmd_category)
     category_set.add_argument("name")
     category_set.add_argument("--slot", default="custom", choices=SLOTS)
     category_set.add_argument("--content")
-    command("delete", "delete a category", cmd_category, category).add_argument("name")
+    _command(category, "delete", "delete a category", cmd_category).add_argument("name")
 
+
+def _add_retention(sub: Any) -> None:
     gc = sub.add_parser("gc", help="archive and delete expired memories now")
     gc.add_argument("--consolidate", action="store_true", help="first mark long-unused, unimportant memories stale")
     gc.add_argument("--dry-run", action="store_true", help="count what would be archived and deleted; change nothing")
-    gc.add_argument("--tier", choices=("T1", "T2", "T3"), help="only this tier (T0 never expires)")
+    gc.add_argument("--tier", choices=TIERS[1:], help="only this tier (T0 never expires)")
     gc.set_defaults(func=cmd_gc)
     archive = sub.add_parser("archive", help="memories removed by the cleanup").add_subparsers(dest="archive_command", required=True)
-    command("list", "recently archived", cmd_archive, archive).add_argument("--limit", type=int, default=20)
-    archive_search = command("search", "archived memories matching a query", cmd_archive, archive)
+    _command(archive, "list", "recently archived", cmd_archive).add_argument("--limit", type=int, default=20)
+    archive_search = _command(archive, "search", "archived memories matching a query", cmd_archive)
     archive_search.add_argument("query")
     archive_search.add_argument("--limit", type=int, default=20)
-    archive_restore = command("restore", "bring one back (same id, T2 unless --tier)", cmd_archive, archive)
+    archive_restore = _command(archive, "restore", "bring one back (same id, T2 unless --tier)", cmd_archive)
     archive_restore.add_argument("id")
     archive_restore.add_argument("--tier", default="T2", choices=TIERS)
 
+
+def _add_backup(sub: Any) -> None:
     backups = sub.add_parser("backup", help="whole-store backups (.bhgb)").add_subparsers(dest="backup_command", required=True)
     backups.add_parser("create", help="back up every namespace into <data_dir>/backups").set_defaults(func=cmd_backup)
     backups.add_parser("list", help="list known backups").set_defaults(func=cmd_backup)
     restore = backups.add_parser("restore", help="replace the store with a .bhgb backup (the current one is saved first)")
     restore.add_argument("path")
     restore.set_defaults(func=cmd_backup)
+
+
+def add_store_commands(sub: Any) -> None:
+    """The seed's store commands, onto the ``bhgbrain`` parser's subcommands."""
+    for add in (_add_reads, _add_tier, _add_category, _add_retention, _add_backup):
+        add(sub)

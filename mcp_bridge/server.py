@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import anyio
 from mcp import types
@@ -26,6 +27,7 @@ logger = logging.getLogger("bhgbrain.mcp")
 
 PRINCIPAL_SCOPE_KEY = "bhgbrain.principal"
 NO_ACCESS = Principal(name="none", namespaces=frozenset(), read_only=True)
+T = TypeVar("T")
 
 # Over stdio the server answers `initialize` while Django is still starting in a background
 # thread; every call that reaches the registry (it loads the apps' operations) waits for it.
@@ -61,7 +63,6 @@ def _caller(ctx: Any, transport: str) -> CallContext:
 
 
 def tool_definitions() -> list[types.Tool]:
-    _wait_ready()
     return [
         types.Tool(name=t.name, description=t.description, input_schema=t.input_model.model_json_schema())
         for t in registry.tools()
@@ -83,73 +84,82 @@ def _close_connection() -> None:
     connection.close()
 
 
-def build_server(transport: str) -> Server[Any]:
-    """One MCP server; ``transport`` ("stdio" / "http") only labels the audit actor."""
+def _in_thread(work: Callable[[], T]) -> Awaitable[T]:
+    """Run Django work in a worker thread, once Django is up, closing its connection after."""
 
-    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=await anyio.to_thread.run_sync(tool_definitions))
-
-    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        def work() -> types.CallToolResult:
-            _wait_ready()
-            try:
-                return _run_tool(params.name, dict(params.arguments or {}), _caller(ctx, transport))
-            finally:
-                _close_connection()
-
-        return await anyio.to_thread.run_sync(work)
-
-    def resource_table() -> list[registry.Resource]:
+    def run() -> T:
         _wait_ready()
-        return registry.resources()
+        try:
+            return work()
+        finally:
+            _close_connection()
 
-    async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
-        resources = await anyio.to_thread.run_sync(resource_table)
+    return anyio.to_thread.run_sync(run)
+
+
+def _read(uri: str, caller: CallContext) -> types.ReadResourceResult:
+    try:
+        body = registry.read_resource(uri, caller)
+    except Exception as exc:  # noqa: BLE001 - the envelope is the resource's content
+        _status, body = to_envelope(exc)
+        body = {**body, "isError": True}
+    return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type="application/json", text=_json(body))])
+
+
+class _Handlers:
+    """The MCP requests this server answers, for one transport ("stdio" / "http": it only
+    decides who the caller is)."""
+
+    def __init__(self, transport: str) -> None:
+        self.transport = transport
+
+    async def list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=await _in_thread(tool_definitions))
+
+    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        caller = _caller(ctx, self.transport)
+        return await _in_thread(lambda: _run_tool(params.name, dict(params.arguments or {}), caller))
+
+    async def list_resources(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        resources = await _in_thread(registry.resources)
         return types.ListResourcesResult(resources=[
             types.Resource(uri=r.uri, name=r.name, description=r.description, mime_type="application/json")
             for r in resources if not r.is_template
         ])
 
-    async def list_templates(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourceTemplatesResult:
-        resources = await anyio.to_thread.run_sync(resource_table)
+    async def list_templates(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourceTemplatesResult:
+        resources = await _in_thread(registry.resources)
         return types.ListResourceTemplatesResult(resource_templates=[
             types.ResourceTemplate(uri_template=r.uri, name=r.name, description=r.description, mime_type="application/json")
             for r in resources if r.is_template
         ])
 
-    async def read(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        uri = str(params.uri)
+    async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        caller = _caller(ctx, self.transport)
+        return await _in_thread(lambda: _read(str(params.uri), caller))
 
-        def work() -> types.ReadResourceResult:
-            _wait_ready()
-            try:
-                body = registry.read_resource(uri, _caller(ctx, transport))
-            except Exception as exc:  # noqa: BLE001 - the envelope is the resource's content
-                _status, body = to_envelope(exc)
-                body = {**body, "isError": True}
-            finally:
-                _close_connection()
-            return types.ReadResourceResult(contents=[
-                types.TextResourceContents(uri=uri, mime_type="application/json", text=_json(body))
-            ])
 
-        return await anyio.to_thread.run_sync(work)
-
+def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        server_version = version("bhgbrain-django")
+        return version("bhgbrain-django")
     except PackageNotFoundError:
-        server_version = "0.0.0"
+        return "0.0.0"
+
+
+def build_server(transport: str) -> Server[Any]:
+    """One MCP server; ``transport`` ("stdio" / "http") only decides who the caller is."""
+    handlers = _Handlers(transport)
     return Server(
         "bhgbrain",
-        version=server_version,
+        version=_version(),
         instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,
-        on_call_tool=call,
-        on_list_resources=list_resources,
-        on_list_resource_templates=list_templates,
-        on_read_resource=read,
+        on_list_tools=handlers.list_tools,
+        on_call_tool=handlers.call_tool,
+        on_list_resources=handlers.list_resources,
+        on_list_resource_templates=handlers.list_templates,
+        on_read_resource=handlers.read_resource,
     )
 
 

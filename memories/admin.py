@@ -11,7 +11,7 @@ from bhgbrain_site.errors import DomainError
 from memories.curation import EDITABLE_FIELDS, memory_edit, memory_edit_check
 from memories.models import ApiToken, AuditLog, Collection, Memory, MemoryRevision
 from memories.services import memory_forget
-from memories.tokens import token_create
+from memories.tokens import token_change, token_create
 
 
 class MemoryForm(forms.ModelForm):
@@ -110,6 +110,12 @@ class ApiTokenForm(forms.ModelForm):
             raise forms.ValidationError(f"{bad[0][:50]!r} is not a valid namespace (letters, digits, / and -)")
         return sorted(set(items))
 
+    def clean_revoked(self) -> bool:
+        revoked = bool(self.cleaned_data.get("revoked"))
+        if self.instance.pk is not None and self.instance.revoked and not revoked:
+            raise forms.ValidationError("a revoked token stays revoked; create a new one")
+        return revoked
+
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
@@ -122,11 +128,12 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return fields if obj is not None else [f for f in fields if f != "revoked"]  # new tokens are live
 
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001 - Django admin API
-        """New tokens go through the service: hashed storage, the value shown once."""
+        """Through the services: a new token is stored hashed and shown once; an edit is audited."""
+        actor = f"admin:{request.user.get_username()}"
         if change:
-            super().save_model(request, obj, form, change)
+            token_change(token_id=obj.pk, name=obj.name, namespaces=obj.namespaces, read_only=obj.read_only,
+                         revoked=obj.revoked, actor=actor)
             return
-        row, plain = token_create(name=obj.name, namespaces=obj.namespaces, read_only=obj.read_only,
-                                  actor=f"admin:{request.user.get_username()}")
+        row, plain = token_create(name=obj.name, namespaces=obj.namespaces, read_only=obj.read_only, actor=actor)
         obj.pk = row.pk
         messages.warning(request, f"Token created. Copy it now, it is not stored: {plain}")

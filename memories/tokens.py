@@ -69,13 +69,17 @@ def principal_for(authorization: str | None) -> Principal | None:
     return Principal(name=row.name, namespaces=frozenset(row.namespaces), read_only=row.read_only)
 
 
-def token_create(*, name: str, namespaces: list[str], read_only: bool, actor: str = "system") -> tuple[ApiToken, str]:
-    """Create a scoped token; the plain token is returned once and only its hash is stored."""
+def _check_namespaces(namespaces: list[str]) -> None:
     if not namespaces:
-        raise InvalidInput("namespaces: a scoped token needs at least one namespace")
+        raise InvalidInput("namespaces: a scoped token needs at least one namespace", field="namespaces")
     for namespace in namespaces:
         if not is_namespace(namespace):
-            raise InvalidInput(f"namespaces: {namespace[:50]!r} is not a valid namespace")
+            raise InvalidInput(f"namespaces: {namespace[:50]!r} is not a valid namespace", field="namespaces")
+
+
+def token_create(*, name: str, namespaces: list[str], read_only: bool, actor: str = "system") -> tuple[ApiToken, str]:
+    """Create a scoped token; the plain token is returned once and only its hash is stored."""
+    _check_namespaces(namespaces)
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
         row = ApiToken.objects.create(
@@ -96,6 +100,23 @@ def token_revoke(*, prefix: str, actor: str) -> int:
             _audit_token("TOKEN_REVOKE", row, actor)
     reset_token_cache()
     return len(rows)
+
+
+def token_change(*, token_id: int, name: str, namespaces: list[str], read_only: bool, revoked: bool,
+                 actor: str) -> ApiToken:
+    """A curator's edit of a token (the admin): name, namespaces, read-only, or revoking it;
+    audited. A revoked token stays revoked: a new one is created instead."""
+    _check_namespaces(namespaces)
+    with transaction.atomic():
+        row = ApiToken.objects.select_for_update().get(pk=token_id)
+        if row.revoked and not revoked:
+            raise InvalidInput("revoked: a revoked token stays revoked; create a new one", field="revoked")
+        revoking = revoked and not row.revoked
+        row.name, row.namespaces, row.read_only, row.revoked = name, sorted(set(namespaces)), read_only, revoked
+        row.save(update_fields=["name", "namespaces", "read_only", "revoked"])
+        _audit_token("TOKEN_REVOKE" if revoking else "TOKEN_CHANGE", row, actor)
+    reset_token_cache()
+    return row
 
 
 def tokens_list() -> list[dict[str, Any]]:

@@ -33,3 +33,24 @@ def test_token_create_and_revoke_are_audited() -> None:
     assert tokens.principal_for(None) is None  # ... and the server does not fall back to open access
     assert tokens.token_revoke(prefix=row.prefix, actor="cli") == 0  # already revoked: nothing, no second row
     assert AuditLog.objects.filter(operation="TOKEN_REVOKE").count() == 1
+
+
+def test_token_change_is_audited_takes_effect_and_never_unrevokes() -> None:
+    from bhgbrain_site.errors import InvalidInput
+
+    row, plain = tokens.token_create(name="ci-agent", namespaces=["alice"], read_only=False, actor="cli")
+    tokens.token_change(token_id=row.pk, name="ci", namespaces=["alice", "bob"], read_only=True, revoked=False,
+                        actor="admin:ops")
+    principal = tokens.principal_for(f"Bearer {plain}")
+    assert principal is not None and principal.namespaces == frozenset({"alice", "bob"}) and principal.read_only
+    assert AuditLog.objects.get(operation="TOKEN_CHANGE").details["namespaces"] == ["alice", "bob"]
+    with pytest.raises(InvalidInput, match="namespace"):
+        tokens.token_change(token_id=row.pk, name="ci", namespaces=["not a namespace"], read_only=True,
+                            revoked=False, actor="admin:ops")
+    tokens.token_change(token_id=row.pk, name="ci", namespaces=["alice"], read_only=True, revoked=True, actor="admin:ops")
+    assert tokens.principal_for(f"Bearer {plain}") is None
+    assert AuditLog.objects.get(operation="TOKEN_REVOKE").client_id == "admin:ops"
+    with pytest.raises(InvalidInput, match="stays revoked"):
+        tokens.token_change(token_id=row.pk, name="ci", namespaces=["alice"], read_only=True, revoked=False,
+                            actor="admin:ops")
+    assert tokens.principal_for(f"Bearer {plain}") is None

@@ -1,0 +1,71 @@
+"""The operation registry: every app's operations in one place, one validation and one access
+check for every interface."""
+from __future__ import annotations
+
+import pytest
+
+from bhgbrain_site import registry
+from bhgbrain_site.errors import AuthRequired, InvalidInput, NotFound
+from bhgbrain_site.registry import CallContext, Principal
+from tests.conftest import remember
+
+pytestmark = pytest.mark.django_db
+CLI = CallContext(actor="cli")
+ALICE = CallContext(actor="alice", principal=Principal(name="alice", namespaces=frozenset({"alice"})))
+ALICE_READ_ONLY = CallContext(actor="alice", principal=Principal(name="ro", namespaces=frozenset({"alice"}), read_only=True))
+SEED_TOOLS = {"remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import",
+              "backup", "repair"}
+
+
+def test_the_tools_are_exactly_the_seeds_and_every_operation_says_what_it_does() -> None:
+    assert {op.name for op in registry.tools()} == SEED_TOOLS
+    for name in (*SEED_TOOLS, "memories.list", "memories.get", "audit.list", "archive.list", "store.health"):
+        operation = registry.get_operation(name)
+        assert operation.description and operation.input_model.model_config["extra"] == "forbid"
+
+
+def test_operations_that_are_not_tools_are_not_reachable_as_tools() -> None:
+    with pytest.raises(NotFound, match="Unknown tool"):
+        registry.call_tool("backups.restore_file", {"path": "/etc/passwd.bhgb"}, CLI)
+    with pytest.raises(NotFound, match="Unknown tool"):
+        registry.call_tool("memories.list", {}, CLI)
+
+
+def test_query_strings_are_coerced_but_json_bodies_are_strict(hash_embedder) -> None:
+    remember("The billing service runs on Kubernetes")
+    assert len(registry.call("memories.list", {"limit": "5"}, CLI, coerce=True)["items"]) == 1
+    with pytest.raises(InvalidInput, match="limit"):
+        registry.call("memories.list", {"limit": "5"}, CLI)  # a JSON body must send a number
+    with pytest.raises(InvalidInput, match="limit"):
+        registry.call("memories.list", {"limit": "0"}, CLI, coerce=True)
+    with pytest.raises(InvalidInput, match="nope"):
+        registry.call("memories.list", {"nope": "1"}, CLI, coerce=True)
+
+
+def test_resources_map_uris_onto_operations(hash_embedder) -> None:
+    memory_id = remember("The billing service runs on Kubernetes", namespace="alice").id
+    page = registry.read_resource("memory://list?namespace=alice&limit=1&utm_source=x&cursor=", CLI)
+    assert [item["id"] for item in page["items"]] == [memory_id]  # unknown and blank parameters are ignored
+    assert registry.read_resource(f"memory://{memory_id}?namespace=alice", CLI)["id"] == memory_id
+    with pytest.raises(NotFound):
+        registry.read_resource(f"memory://{memory_id}?namespace=bob", CLI)
+    with pytest.raises(InvalidInput, match="id"):
+        registry.read_resource("memory://not-a-uuid", CLI)
+    with pytest.raises(NotFound, match="Unknown resource"):
+        registry.read_resource("memory://list/extra", CLI)
+
+
+def test_a_scoped_caller_is_pinned_to_its_namespaces(hash_embedder) -> None:
+    remember("Bob's roadmap: ship the search rewrite", namespace="bob")
+    written = registry.call("remember", {"content": "Alice's note: the cache TTL is five minutes"}, ALICE)
+    assert registry.call("memories.get", {"id": written["id"], "namespace": "alice"}, CLI)["id"] == written["id"]
+    with pytest.raises(AuthRequired):
+        registry.call("search", {"query": "roadmap", "namespace": "bob"}, ALICE)
+    with pytest.raises(AuthRequired):
+        registry.read_resource("memory://list?namespace=bob", ALICE)
+    with pytest.raises(AuthRequired, match="read-only"):
+        registry.call("remember", {"content": "Another note"}, ALICE_READ_ONLY)
+    assert registry.call("search", {"query": "note"}, ALICE_READ_ONLY)["results"]  # reading is allowed
+    with pytest.raises(AuthRequired, match="master token"):
+        registry.call("store.stats", {}, ALICE)
+    assert registry.read_resource("health://status", ALICE)["status"] in ("healthy", "degraded")
