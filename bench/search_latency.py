@@ -52,9 +52,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import numpy as np  # noqa: E402
-
 import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
+
+# isort: split
+import numpy as np  # noqa: E402
 
 if TYPE_CHECKING:
     from memories.embeddings import Embedder

@@ -12,6 +12,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from bhgbrain_site import registry
+from bhgbrain_site.contracts import ERROR_ECHO_MAX
 from bhgbrain_site.errors import InvalidInput, NotFound, PayloadTooLarge, error_for_status, to_envelope
 from bhgbrain_site.metrics import metrics
 from bhgbrain_site.registry import CallContext
@@ -89,7 +90,7 @@ async def metrics_view(request: HttpRequest) -> HttpResponse:
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
     """Unknown URLs answer with the error envelope too."""
-    return error_response(NotFound(f"No such endpoint: {request.path[:200]}"))
+    return error_response(NotFound(f"No such endpoint: {request.path[:ERROR_ECHO_MAX]}"))
 
 
 def server_error(request: HttpRequest) -> JsonResponse:

@@ -6,7 +6,17 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from bhgbrain_site.contracts import COLLECTION_MAX, MEMORY_TYPES, NAMESPACE_MAX, SOURCES, SUMMARY_MAX, TIER_LABELS, TIERS
+from bhgbrain_site.contracts import (
+    CATEGORY_NAME_MAX,
+    COLLECTION_MAX,
+    DEVICE_ID_MAX,
+    MEMORY_TYPES,
+    NAMESPACE_MAX,
+    SOURCES,
+    SUMMARY_MAX,
+    TIER_LABELS,
+    TIERS,
+)
 
 # The choices come from bhgbrain_site.contracts, the one list every interface validates against.
 MemoryType = models.TextChoices("MemoryType", [(name.upper(), name) for name in MEMORY_TYPES])
@@ -28,7 +38,7 @@ class Memory(models.Model):
     namespace = models.CharField(max_length=NAMESPACE_MAX)
     collection = models.CharField(max_length=COLLECTION_MAX, default="general")
     type = models.CharField(max_length=16, choices=MemoryType.choices, default=MemoryType.SEMANTIC)
-    category = models.CharField(max_length=100, null=True, blank=True)
+    category = models.CharField(max_length=CATEGORY_NAME_MAX, null=True, blank=True)
     content = models.TextField()
     summary = models.CharField(max_length=SUMMARY_MAX)
     tags = models.JSONField(default=list, blank=True)
@@ -46,7 +56,7 @@ class Memory(models.Model):
     stale = models.BooleanField(default=False)
     archived = models.BooleanField(default=False)
     vector_synced = models.BooleanField(default=False)
-    device_id = models.CharField(max_length=64, null=True, blank=True)
+    device_id = models.CharField(max_length=DEVICE_ID_MAX, null=True, blank=True)
     embedding = models.BinaryField(null=True, blank=True, editable=False)
     embedding_model = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField()
@@ -84,8 +94,8 @@ class Memory(models.Model):
 class Collection(models.Model):
     """A namespace's collection; its embedding model and dimensions are locked at creation."""
 
-    namespace = models.CharField(max_length=200)
-    name = models.CharField(max_length=100)
+    namespace = models.CharField(max_length=NAMESPACE_MAX)
+    name = models.CharField(max_length=COLLECTION_MAX)
     embedding_model = models.CharField(max_length=200)
     embedding_dimensions = models.PositiveIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
@@ -116,7 +126,7 @@ class AuditLog(models.Model):
     """One row per write, recorded in the write's own transaction."""
 
     timestamp = models.DateTimeField(db_index=True)
-    namespace = models.CharField(max_length=200, db_index=True)
+    namespace = models.CharField(max_length=NAMESPACE_MAX, db_index=True)
     operation = models.CharField(max_length=32)
     memory_id = models.UUIDField(null=True, blank=True, db_index=True)
     client_id = models.CharField(max_length=200)
@@ -161,7 +171,7 @@ class VectorIndexCursor(models.Model):
 class BootstrapSession(models.Model):
     """Progress of the guided profile interview (the bootstrap tool), per namespace and section."""
 
-    namespace = models.CharField(max_length=200)
+    namespace = models.CharField(max_length=NAMESPACE_MAX)
     section_number = models.PositiveSmallIntegerField()
     status = models.CharField(max_length=10, default="pending")  # pending | complete
     memory_ids = models.JSONField(default=list, blank=True)

@@ -11,7 +11,15 @@ from typing import Any, Literal
 from django.conf import settings
 from pydantic import Field
 
-from bhgbrain_site.contracts import CONTENT_MAX, DEVICE_ID_MAX, MemoryTypeName, SourceName, Tier
+from bhgbrain_site.contracts import (
+    CATEGORY_NAME_MAX,
+    CONTENT_MAX,
+    DEVICE_ID_MAX,
+    IMPORT_MAX,
+    MemoryTypeName,
+    SourceName,
+    Tier,
+)
 from bhgbrain_site.errors import InvalidInput, NotFound
 from bhgbrain_site.inputs import CollectionName, Cursor, Input, MemoryId, Namespace, Tag, Tags
 from bhgbrain_site.registry import CallContext, operation, resource
@@ -32,7 +40,7 @@ class RememberParams(Input):
     collection: CollectionName | None = None
     type: MemoryTypeName = "semantic"
     tags: Tags = Field(default_factory=list)
-    category: str | None = Field(default=None, min_length=1, max_length=100)
+    category: str | None = Field(default=None, min_length=1, max_length=CATEGORY_NAME_MAX)
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     source: SourceName = "cli"
     retention_tier: Tier | None = None
@@ -104,7 +112,7 @@ def collections(params: CollectionsParams, ctx: CallContext) -> dict[str, Any]:
 class BootstrapParams(Input):
     action: Literal["start", "submit", "status", "reset"]
     section: int | None = Field(default=None, ge=1, le=10)
-    answers: str | None = Field(default=None, min_length=1, max_length=500_000)
+    answers: str | None = Field(default=None, min_length=1, max_length=IMPORT_MAX)
     namespace: Namespace = "profile"
 
 
@@ -131,7 +139,7 @@ def bootstrap_(params: BootstrapParams, ctx: CallContext) -> dict[str, Any]:
 
 class ImportParams(Input):
     format: Literal["profile", "freeform"]
-    content: str = Field(min_length=1, max_length=500_000)
+    content: str = Field(min_length=1, max_length=IMPORT_MAX)
     namespace: Namespace = "profile"
     dry_run: bool = False
 

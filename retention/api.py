@@ -8,13 +8,13 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from bhgbrain_site.contracts import TIERS
+from bhgbrain_site.contracts import PATH_MAX, TIERS
 from bhgbrain_site.rest import OperationViewSet
 
 NAMESPACE = OpenApiParameter("namespace", str, description="namespace (default: the configured one)")
 MEMORY_ID = OpenApiParameter("memory_id", str, OpenApiParameter.PATH, description="the archived memory's id")
 ArchiveRestoreBody = inline_serializer("ArchiveRestore", {"tier": serializers.ChoiceField(list(TIERS), required=False)})
-BackupRestoreBody = inline_serializer("BackupRestore", {"path": serializers.CharField(max_length=4096)})
+BackupRestoreBody = inline_serializer("BackupRestore", {"path": serializers.CharField(max_length=PATH_MAX)})
 
 
 class ArchiveViewSet(OperationViewSet):

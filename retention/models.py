@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from django.db import models
 
+from bhgbrain_site.contracts import CATEGORY_NAME_MAX, COLLECTION_MAX, DEVICE_ID_MAX, NAMESPACE_MAX, SUMMARY_MAX
+
 
 class ArchivedMemory(models.Model):
     """Everything of a deleted memory (the original kept only a 120-character summary)."""
 
     memory_id = models.UUIDField(db_index=True)
-    namespace = models.CharField(max_length=200)
-    collection = models.CharField(max_length=100)
+    namespace = models.CharField(max_length=NAMESPACE_MAX)
+    collection = models.CharField(max_length=COLLECTION_MAX)
     type = models.CharField(max_length=16)
-    category = models.CharField(max_length=100, null=True, blank=True)
+    category = models.CharField(max_length=CATEGORY_NAME_MAX, null=True, blank=True)
     content = models.TextField()
-    summary = models.CharField(max_length=120)
+    summary = models.CharField(max_length=SUMMARY_MAX)
     tags = models.JSONField(default=list, blank=True)
     source = models.CharField(max_length=16)
     checksum = models.CharField(max_length=64)
@@ -22,7 +24,7 @@ class ArchivedMemory(models.Model):
     tier = models.CharField(max_length=2)  # the tier it had when it expired
     access_count = models.PositiveIntegerField(default=0)
     last_accessed = models.DateTimeField(null=True, blank=True)
-    device_id = models.CharField(max_length=64, null=True, blank=True)
+    device_id = models.CharField(max_length=DEVICE_ID_MAX, null=True, blank=True)
     embedding = models.BinaryField(null=True, blank=True, editable=False)
     embedding_model = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField()  # the memory's own creation time

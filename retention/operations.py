@@ -7,7 +7,7 @@ from typing import Any, Literal
 from django.conf import settings
 from pydantic import Field, model_validator
 
-from bhgbrain_site.contracts import Tier
+from bhgbrain_site.contracts import PATH_MAX, Tier
 from bhgbrain_site.inputs import Input, MemoryId, Namespace, Query
 from bhgbrain_site.registry import CallContext, operation, resource
 from retention import archive, backup_export, backup_format, backup_import, cleanup, selectors
@@ -15,7 +15,7 @@ from retention import archive, backup_export, backup_format, backup_import, clea
 
 class BackupParams(Input):
     action: Literal["create", "list", "restore"]
-    path: str | None = Field(default=None, min_length=1, max_length=4096)
+    path: str | None = Field(default=None, min_length=1, max_length=PATH_MAX)
 
     @model_validator(mode="after")
     def _path_only_for_restore(self) -> BackupParams:
@@ -42,7 +42,7 @@ def backup(params: BackupParams, ctx: CallContext) -> dict[str, Any]:
 
 
 class RestoreFileParams(Input):
-    path: str = Field(min_length=1, max_length=4096)
+    path: str = Field(min_length=1, max_length=PATH_MAX)
 
 
 @operation("backups.restore_file", RestoreFileParams, writes=lambda p: True, whole_store=True, tool=False)
