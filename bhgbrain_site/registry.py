@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from bhgbrain_site.contracts import ERROR_ECHO_MAX
+from bhgbrain_site.contracts import ERROR_ECHO_MAX, TOOLS
 from bhgbrain_site.errors import AuthRequired, DomainError, InvalidInput, NotFound, describe_validation_error
 from bhgbrain_site.metrics import metrics
 
@@ -158,8 +158,10 @@ def input_model(name: str) -> type[BaseModel]:
 
 
 def tools() -> list[Operation]:
+    """The tools, in the seed's order (bhgbrain_site.contracts.TOOLS)."""
     _load()
-    return [op for op in _operations.values() if op.tool]
+    order = {name: position for position, name in enumerate(TOOLS)}
+    return sorted((op for op in _operations.values() if op.tool), key=lambda op: order.get(op.name, len(order)))
 
 
 def resources() -> list[Resource]:

@@ -13,12 +13,12 @@ pytestmark = pytest.mark.django_db
 CLI = CallContext(actor="cli")
 ALICE = CallContext(actor="alice", principal=Principal(name="alice", namespaces=frozenset({"alice"})))
 ALICE_READ_ONLY = CallContext(actor="alice", principal=Principal(name="ro", namespaces=frozenset({"alice"}), read_only=True))
-SEED_TOOLS = {"remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import",
-              "backup", "repair"}
+SEED_TOOLS = ("remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import",
+              "backup", "repair")
 
 
 def test_the_tools_are_exactly_the_seeds_and_every_operation_says_what_it_does() -> None:
-    assert {op.name for op in registry.tools()} == SEED_TOOLS
+    assert tuple(op.name for op in registry.tools()) == SEED_TOOLS  # listed in the seed's order
     for name in (*SEED_TOOLS, "memories.list", "memories.get", "audit.list", "archive.list", "store.health"):
         operation = registry.get_operation(name)
         assert operation.description and operation.input_model.model_config["extra"] == "forbid"
