@@ -11,6 +11,8 @@ from typing import Final, Literal
 # The seed's tools (MCP tools/list and POST /tool/<name>), in the order clients list them.
 TOOLS: Final = ("remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import",
                 "backup", "repair")
+RESOURCES: Final = ("memory://list", "memory://inject", "category://list", "collection://list", "health://status",
+                    "memory://{id}", "category://{name}", "collection://{name}")
 TIERS: Final = ("T0", "T1", "T2", "T3")
 TIER_LABELS: Final = {"T0": "foundational", "T1": "institutional", "T2": "operational", "T3": "transient"}
 MEMORY_TYPES: Final = ("episodic", "semantic", "procedural")

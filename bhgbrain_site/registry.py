@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from bhgbrain_site.contracts import ERROR_ECHO_MAX, TOOLS
+from bhgbrain_site.contracts import ERROR_ECHO_MAX, RESOURCES, TOOLS
 from bhgbrain_site.errors import AuthRequired, DomainError, InvalidInput, NotFound, describe_validation_error
 from bhgbrain_site.metrics import metrics
 
@@ -165,8 +165,10 @@ def tools() -> list[Operation]:
 
 
 def resources() -> list[Resource]:
+    """The resources, in the seed's order (bhgbrain_site.contracts.RESOURCES)."""
     _load()
-    return list(_resources)
+    order = {uri: position for position, uri in enumerate(RESOURCES)}
+    return sorted(_resources, key=lambda r: order.get(r.uri, len(order)))
 
 
 def _parse(op: Operation, arguments: Any, coerce: bool) -> BaseModel:

@@ -19,6 +19,9 @@ SEED_TOOLS = ("remember", "recall", "search", "forget", "tag", "collections", "c
 
 def test_the_tools_are_exactly_the_seeds_and_every_operation_says_what_it_does() -> None:
     assert tuple(op.name for op in registry.tools()) == SEED_TOOLS  # listed in the seed's order
+    assert tuple(r.uri for r in registry.resources()) == (
+        "memory://list", "memory://inject", "category://list", "collection://list", "health://status",
+        "memory://{id}", "category://{name}", "collection://{name}")
     for name in (*SEED_TOOLS, "memories.list", "memories.get", "audit.list", "archive.list", "store.health"):
         operation = registry.get_operation(name)
         assert operation.description and operation.input_model.model_config["extra"] == "forbid"
