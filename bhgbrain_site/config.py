@@ -158,6 +158,7 @@ class SecurityConfig(_Strict):
 class AutoInjectConfig(_Strict):
     max_chars: int = Field(default=30000, ge=100)
     max_tokens: int | None = Field(default=None, ge=1)
+    handoff_max_chars: int = Field(default=1500, ge=200, le=100_000)  # the hand-off pack (memory://handoff)
 
 
 class ObservabilityConfig(_Strict):

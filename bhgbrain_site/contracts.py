@@ -10,19 +10,21 @@ from typing import Final, Literal
 
 # The seed's tools (MCP tools/list and POST /tool/<name>), in the order clients list them.
 TOOLS: Final = ("remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import",
-                "backup", "repair")
-RESOURCES: Final = ("memory://list", "memory://inject", "category://list", "collection://list", "health://status",
-                    "memory://{id}", "category://{name}", "collection://{name}")
+                "backup", "repair", "thread_append", "event", "handoff")
+RESOURCES: Final = ("memory://list", "memory://inject", "memory://handoff", "category://list", "collection://list",
+                    "health://status", "memory://{id}", "category://{name}", "collection://{name}")
 TIERS: Final = ("T0", "T1", "T2", "T3")
 TIER_LABELS: Final = {"T0": "foundational", "T1": "institutional", "T2": "operational", "T3": "transient"}
 MEMORY_TYPES: Final = ("episodic", "semantic", "procedural")
 SOURCES: Final = ("cli", "api", "agent", "import")
 SLOTS: Final = ("company-values", "architecture", "coding-requirements", "custom")
+EVENT_STATUSES: Final = ("planned", "done", "cancelled")
 
 Tier = Literal["T0", "T1", "T2", "T3"]
 MemoryTypeName = Literal["episodic", "semantic", "procedural"]
 SourceName = Literal["cli", "api", "agent", "import"]
 SlotName = Literal["company-values", "architecture", "coding-requirements", "custom"]
+EventStatus = Literal["planned", "done", "cancelled"]
 
 NAMESPACE_MAX: Final = 200
 COLLECTION_MAX: Final = 100
@@ -35,6 +37,11 @@ IMPORT_MAX: Final = 500_000  # characters of a profile import or bootstrap answe
 PATH_MAX: Final = 4096  # characters of a backup path
 QUERY_MAX: Final = 500  # characters of a search / recall / inject query
 DEVICE_ID_MAX: Final = 64
+THREAD_MAX: Final = 200  # characters of a thread id (the client's, scoped to the namespace)
+SPEAKER_MAX: Final = 100
+MESSAGE_ID_MAX: Final = 200  # characters of a message id (the idempotency key of a threaded write)
+THREAD_BATCH_MAX: Final = 500  # messages one thread_append call may carry
+CONTEXT_TURNS_MAX: Final = 5  # neighbouring turns a search or recall result may carry (with_context)
 ERROR_ECHO_MAX: Final = 200  # characters of a client-supplied name quoted back in an error
 
 NAMESPACE_PATTERN: Final = rf"^[a-zA-Z0-9/-]{{1,{NAMESPACE_MAX}}}$"

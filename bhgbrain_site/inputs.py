@@ -3,17 +3,21 @@ types, the seed's limits from bhgbrain_site.contracts. The models themselves liv
 app's ``operations.py``."""
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from bhgbrain_site.contracts import (
     CATEGORY_NAME_PATTERN,
     COLLECTION_PATTERN,
     MAX_TAGS,
+    MESSAGE_ID_MAX,
     NAMESPACE_PATTERN,
     QUERY_MAX,
+    SPEAKER_MAX,
     TAG_MAX,
+    THREAD_MAX,
 )
 
 
@@ -29,3 +33,14 @@ Tags = Annotated[list[Tag], Field(max_length=MAX_TAGS)]
 Query = Annotated[str, StringConstraints(min_length=1, max_length=QUERY_MAX)]
 MemoryId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 Cursor = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+ThreadId = Annotated[str, StringConstraints(min_length=1, max_length=THREAD_MAX)]
+Speaker = Annotated[str, StringConstraints(min_length=1, max_length=SPEAKER_MAX)]
+MessageId = Annotated[str, StringConstraints(min_length=1, max_length=MESSAGE_ID_MAX)]
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+# ISO 8601 text (a time without a zone is UTC) or Unix seconds; accepted as text even in strict models
+Timestamp = Annotated[datetime, Field(strict=False), AfterValidator(_aware)]

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from django.db import transaction
 from django.utils import timezone
 
+from memories import threads
 from memories.models import AuditLog, Memory, VectorChange
 from memories.vector_index import get_vector_index
 
@@ -38,9 +39,12 @@ logger = logging.getLogger("bhgbrain.changes")
 INDEXED_FIELDS = frozenset({
     "namespace", "collection", "type", "category", "content", "summary", "tags", "source", "importance",
     "retention_tier", "expires_at", "decay_eligible", "archived", "device_id", "embedding", "embedding_model",
-    "created_at",
+    "created_at", "thread", "speaker", "occurred_at", "message_id", "event_at", "valid_until", "status",
 })
 DIRECT_LIMIT = 20  # after commit, up to this many memories are applied to the index one by one; more: one sync
+# A change to any of these moves a threaded message's neighbours' context (memories/threads.py).
+THREAD_FIELDS = frozenset({"content", "thread", "occurred_at", "archived", "namespace"})
+CONTEXT_CHANGE = frozenset({"context"})  # what an indexer is told when only a memory's context moved
 
 
 class Indexer(Protocol):
@@ -158,6 +162,14 @@ def sync_indexes() -> None:
 # --------------------------------------------------------------------------- memory changes
 
 
+def _neighbours_changed(neighbours: Sequence[Memory]) -> None:
+    """Turns whose context window holds a changed message: their context is indexed again, and
+    the feed tells every process's in-process text index to read it."""
+    if neighbours:
+        _index_written(neighbours, CONTEXT_CHANGE)
+        _feed([n.id for n in neighbours], VectorChange.Op.UPSERT)
+
+
 def memory_saved(memory: Memory, *, audit: Audit | None, at: datetime, insert: bool = False,
                  fields: Iterable[str] | None = None, sync: bool = True) -> int | None:
     """Insert (``insert``) or update one memory (only ``fields`` when given) with every side
@@ -168,6 +180,8 @@ def memory_saved(memory: Memory, *, audit: Audit | None, at: datetime, insert: b
     else:
         memory.save(update_fields=sorted(changed) if changed is not None else None)
     _index_written([memory], changed)
+    if memory.thread and (changed is None or changed & THREAD_FIELDS):
+        _neighbours_changed(threads.affected_turns(memory))
     if audit is not None:
         _audit_rows([memory], lambda _m: audit, at)
     if changed is not None and not changed & INDEXED_FIELDS:
@@ -193,17 +207,34 @@ def memories_updated(memory_ids: Sequence[uuid.UUID], values: dict[str, Any], *,
     return count
 
 
+def memories_inserted(memories: Sequence[Memory], *, audit: Callable[[Memory], Audit | None] | None,
+                      at: datetime) -> None:
+    """Insert many memories at once (a batch of messages): one INSERT, the indexers once for the
+    batch, their neighbours' contexts, one audit row and one feed row each."""
+    if not memories:
+        return
+    Memory.objects.bulk_create(memories)
+    _index_written(memories, None)
+    _neighbours_changed(threads.affected_by_batch(memories))
+    if audit is not None:
+        _audit_rows(memories, audit, at)
+    _feed([m.id for m in memories], VectorChange.Op.UPSERT)
+    transaction.on_commit(sync_indexes)
+
+
 def memories_removed(memories: Sequence[Memory], *, audit: Callable[[Memory], Audit | None] | None,
                      at: datetime) -> None:
     """Delete memories for good (forget, a collection deleted, the cleanup after archiving)."""
     if not memories:
         return
     ids = [memory.id for memory in memories]
+    neighbours = threads.affected_by_batch([m for m in memories if m.thread])
     if audit is not None:
         _audit_rows(memories, audit, at)
     _feed(ids, VectorChange.Op.DELETE)
     _index_removed(ids)
     Memory.objects.filter(id__in=ids).delete()
+    _neighbours_changed(neighbours)
     _after_commit(removed=ids)
 
 
@@ -224,9 +255,9 @@ class StoreReplacement:
             indexer.cleared()
 
     def load(self, memories: Sequence[Memory]) -> None:
-        """Insert a batch of memories as they were (no audit row each: the store's row says it)."""
+        """Insert a batch of memories as they were (no audit row each: the store's row says it);
+        the indexers read them when the whole store is in (a message's context spans batches)."""
         Memory.objects.bulk_create(memories)
-        _index_written(memories, None)
         self._loaded.update(memory.id for memory in memories)
 
     def load_audit(self, entries: Iterable[AuditEntry], batch_size: int = 2000) -> None:
@@ -237,8 +268,11 @@ class StoreReplacement:
         )
 
     def finish(self) -> None:
-        """DELETE feed rows only for memories this store had and the new one lacks (a shared
-        Qdrant keeps other devices' points), then a RESET: every index reloads."""
+        """Index the new store, then DELETE feed rows only for memories this store had and the new
+        one lacks (a shared Qdrant keeps other devices' points), then a RESET: every index reloads."""
+        loaded = sorted(self._loaded)
+        for start in range(0, len(loaded), 2000):
+            _index_written(list(Memory.objects.filter(id__in=loaded[start:start + 2000]).defer("embedding")), None)
         _feed(self._before - self._loaded, VectorChange.Op.DELETE)
         _feed([uuid.UUID(int=0)], VectorChange.Op.RESET)
         if self.audit is not None:

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from bhgbrain_site.contracts import MAX_TAGS, MEMORY_TYPES, TIERS, is_collection, is_tag
+from bhgbrain_site.contracts import EVENT_STATUSES, MAX_TAGS, MEMORY_TYPES, TIERS, is_collection, is_tag
 from bhgbrain_site.errors import Conflict, InvalidInput
 from memories import normalize, tiers
 from memories.changes import Audit, memory_saved
@@ -107,4 +107,27 @@ def memory_edit(*, memory_id: str, changes: dict[str, Any], actor: str, namespac
                 memory_saved(memory, audit=audit, at=now)
         except IntegrityError:  # a concurrent write of the same content won the race
             raise Conflict("content: another memory in this namespace already says exactly this", field="content") from None
+    return memory
+
+
+EVENT_FIELDS = ("event_at", "valid_until", "status")
+
+
+def memory_set_event(*, memory_id: str, namespace: str | None, changes: dict[str, Any], actor: str) -> Memory:
+    """Set (or, with None, clear) a memory's event fields: status planned/done/cancelled,
+    event_at, valid_until. One audit row (EVENT) with the values before."""
+    unknown = set(changes) - set(EVENT_FIELDS)
+    if unknown:
+        raise InvalidInput(f"{sorted(unknown)[0]}: not an event field", field=sorted(unknown)[0])
+    if changes.get("status") not in (None, *EVENT_STATUSES):
+        raise InvalidInput(f"status: one of {', '.join(EVENT_STATUSES)}", field="status")
+    now = timezone.now()
+    with transaction.atomic():
+        memory = live_memory(memory_id, namespace)
+        before = {name: str(getattr(memory, name)) if getattr(memory, name) is not None else None for name in changes}
+        for name, value in changes.items():
+            setattr(memory, name, value)
+        memory.updated_at = now
+        audit = Audit("EVENT", actor, {"fields": sorted(changes), "before": before})
+        memory_saved(memory, audit=audit, at=now, fields=(*changes, "updated_at"))
     return memory

@@ -156,7 +156,7 @@ def _stored_vector_search(vector: np.ndarray, model_id: str, namespace: str, col
                           now: datetime) -> list[VectorHit]:
     """Exact cosine over the collection's vectors as stored in the database (the index is down)."""
     live = Q(decay_eligible=False) | Q(expires_at__isnull=True) | Q(expires_at__gt=now)
-    rows = (Memory.objects.filter(live, namespace=namespace, collection=collection, archived=False,
+    rows = (Memory.objects.filter(live, namespace=namespace, collection=collection, archived=False, thread__isnull=True,
                                   embedding_model=model_id, embedding__isnull=False)
             .values_list("id", "embedding"))
     ids, vectors = [], []
@@ -177,7 +177,8 @@ def _candidates(vector: np.ndarray, model_id: str, namespace: str, collection: s
     if index is None:
         return []
     try:
-        return index.search(vector, namespace=namespace, collection=collection, limit=DEDUP_CANDIDATES, now=now)
+        return index.search(vector, namespace=namespace, collection=collection, limit=DEDUP_CANDIDATES, now=now,
+                            facts_only=True)
     except Exception:  # noqa: BLE001 - an index outage must not switch dedup off: scan the stored vectors
         logger.exception("vector index unavailable for dedup; scanning the collection's stored vectors instead")
         return _stored_vector_search(vector, model_id, namespace, collection, now)

@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -52,9 +53,18 @@ class Embedder(Protocol):
 
     def embed_passage(self, text: str) -> np.ndarray: ...
 
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        """Several passages in one batch: an (n, dimensions) array of unit vectors."""
+
     def embed_query(self, text: str) -> np.ndarray: ...
 
     def health(self) -> tuple[str, str]: ...
+
+
+def _units(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms > 0, norms, 1.0)
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:
@@ -97,6 +107,12 @@ class LocalE5Embedder:
         with self._lock:  # the C engine is not documented as thread-safe
             return _unit(self._load().passage(text))
 
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        with self._lock:
+            return _units(self._load().passage(list(texts)))
+
     def embed_query(self, text: str) -> np.ndarray:
         with self._lock:
             return _unit(self._load().query(text))
@@ -121,7 +137,7 @@ class FastEmbedEmbedder:
         self._model = None
         self._lock = threading.Lock()
 
-    def _embed(self, text: str, kind: str) -> np.ndarray:
+    def _embed(self, texts: list[str], kind: str) -> np.ndarray:
         with self._lock:
             try:
                 if self._model is None:
@@ -129,17 +145,20 @@ class FastEmbedEmbedder:
 
                     self._model = TextEmbedding(model_name=self._name, threads=1)
                 method = self._model.query_embed if kind == "query" else self._model.passage_embed
-                return _unit(next(iter(method([text]))))
+                return _units(np.asarray(list(method(texts))))
             except ImportError as exc:
                 raise EmbeddingUnavailable("fastembed is not installed (pip install '.[fastembed]')") from exc
             except (OSError, ValueError, RuntimeError) as exc:
                 raise EmbeddingUnavailable(f"fastembed model unavailable: {type(exc).__name__}") from exc
 
     def embed_passage(self, text: str) -> np.ndarray:
-        return self._embed(text, "passage")
+        return self._embed([text], "passage")[0]
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed(list(texts), "passage") if texts else np.zeros((0, self.dimensions), dtype=np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._embed(text, "query")
+        return self._embed([text], "query")[0]
 
     def health(self) -> tuple[str, str]:
         import importlib.util
@@ -173,25 +192,28 @@ class OpenAIEmbedder:
             self._client = openai.OpenAI(api_key=key, base_url=self._config.base_url, max_retries=1, timeout=20)
         return self._client
 
-    def _embed(self, text: str) -> np.ndarray:
+    def _embed(self, texts: list[str]) -> np.ndarray:
         import openai
 
         try:
             response = self._get_client().embeddings.create(
-                model=self._config.model, input=[text], dimensions=self.dimensions
+                model=self._config.model, input=texts, dimensions=self.dimensions
             )
         except openai.OpenAIError as exc:
             raise EmbeddingUnavailable(f"Embedding provider error: {type(exc).__name__}") from exc
-        vector = np.asarray(response.data[0].embedding, dtype=np.float32)
-        if vector.shape[0] != self.dimensions:
-            raise EmbeddingUnavailable(f"Provider returned {vector.shape[0]} dims, expected {self.dimensions}")
-        return _unit(vector)
+        vectors = np.asarray([item.embedding for item in sorted(response.data, key=lambda d: d.index)], dtype=np.float32)
+        if vectors.shape != (len(texts), self.dimensions):
+            raise EmbeddingUnavailable(f"Provider returned {vectors.shape[-1]} dims, expected {self.dimensions}")
+        return _units(vectors)
 
     def embed_passage(self, text: str) -> np.ndarray:
-        return self._embed(text)
+        return self._embed([text])[0]
+
+    def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed(list(texts)) if texts else np.zeros((0, self.dimensions), dtype=np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._embed(text)
+        return self._embed([text])[0]
 
     def health(self) -> tuple[str, str]:
         # No network call per probe: a missing key is the one thing we can know cheaply.

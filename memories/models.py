@@ -10,10 +10,14 @@ from bhgbrain_site.contracts import (
     CATEGORY_NAME_MAX,
     COLLECTION_MAX,
     DEVICE_ID_MAX,
+    EVENT_STATUSES,
     MEMORY_TYPES,
+    MESSAGE_ID_MAX,
     NAMESPACE_MAX,
     SOURCES,
+    SPEAKER_MAX,
     SUMMARY_MAX,
+    THREAD_MAX,
     TIER_LABELS,
     TIERS,
 )
@@ -22,6 +26,7 @@ from bhgbrain_site.contracts import (
 MemoryType = models.TextChoices("MemoryType", [(name.upper(), name) for name in MEMORY_TYPES])
 MemorySource = models.TextChoices("MemorySource", [(name.upper(), name) for name in SOURCES])
 RetentionTier = models.TextChoices("RetentionTier", [(tier, (tier, f"{tier} — {TIER_LABELS[tier]}")) for tier in TIERS])
+EventStatus = models.TextChoices("EventStatus", [(name.upper(), name) for name in EVENT_STATUSES])
 
 
 class Operation(models.TextChoices):
@@ -59,6 +64,15 @@ class Memory(models.Model):
     device_id = models.CharField(max_length=DEVICE_ID_MAX, null=True, blank=True)
     embedding = models.BinaryField(null=True, blank=True, editable=False)
     embedding_model = models.CharField(max_length=200, blank=True, default="")
+    # Conversation memory: a threaded memory is one message of a conversation (an event, never merged)
+    thread = models.CharField(max_length=THREAD_MAX, null=True, blank=True)
+    speaker = models.CharField(max_length=SPEAKER_MAX, null=True, blank=True)
+    occurred_at = models.DateTimeField(null=True, blank=True)
+    message_id = models.CharField(max_length=MESSAGE_ID_MAX, null=True, blank=True)
+    # Event validity: a plan, done or cancelled; inactive events leave recall and inject
+    event_at = models.DateTimeField(null=True, blank=True)
+    valid_until = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=EventStatus.choices, null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
@@ -77,12 +91,24 @@ class Memory(models.Model):
             models.Index(fields=["archived"], name="idx_memories_archived"),
             models.Index(fields=["vector_synced"], name="idx_memories_vector_sync"),
             models.Index(fields=["namespace", "created_at", "id"], name="idx_memories_list"),
+            models.Index(fields=["namespace", "thread", "occurred_at", "created_at"], name="idx_memories_thread"),
+            models.Index(fields=["namespace", "status"], name="idx_memories_status"),
         ]
         constraints = [
+            # one live copy of a fact; threaded messages are events: the same words may be said twice
             models.UniqueConstraint(
                 fields=["namespace", "checksum"],
-                condition=Q(archived=False),
+                condition=Q(archived=False, thread__isnull=True),
                 name="uniq_live_memory_checksum",
+            ),
+            # without a message id, the same words twice in one thread are one message
+            models.UniqueConstraint(
+                fields=["namespace", "thread", "checksum"],
+                condition=Q(archived=False, thread__isnull=False, message_id__isnull=True),
+                name="uniq_live_thread_checksum",
+            ),
+            models.UniqueConstraint(
+                fields=["namespace", "message_id"], condition=Q(message_id__isnull=False), name="uniq_message_id",
             ),
             models.CheckConstraint(condition=Q(importance__gte=0) & Q(importance__lte=1), name="memory_importance_0_1"),
         ]

@@ -9,21 +9,35 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from django.conf import settings
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from bhgbrain_site.contracts import (
     CATEGORY_NAME_MAX,
     CONTENT_MAX,
     DEVICE_ID_MAX,
     IMPORT_MAX,
+    THREAD_BATCH_MAX,
+    EventStatus,
     MemoryTypeName,
     SourceName,
     Tier,
 )
 from bhgbrain_site.errors import InvalidInput, NotFound
-from bhgbrain_site.inputs import CollectionName, Cursor, Input, MemoryId, Namespace, Tag, Tags
+from bhgbrain_site.inputs import (
+    CollectionName,
+    Cursor,
+    Input,
+    MemoryId,
+    MessageId,
+    Namespace,
+    Speaker,
+    Tag,
+    Tags,
+    ThreadId,
+    Timestamp,
+)
 from bhgbrain_site.registry import CallContext, operation, resource
-from memories import access, bootstrap, curation, repair, selectors, services
+from memories import access, bootstrap, curation, messages, repair, selectors, services
 
 
 def _namespace(value: str | None) -> str:
@@ -34,16 +48,46 @@ def _always(params: Any) -> bool:
     return True
 
 
-class RememberParams(Input):
+class _EventFields(Input):
+    event_at: Timestamp | None = None  # when the event happens (or happened)
+    valid_until: Timestamp | None = None  # after this a plan is no longer current
+    status: EventStatus | None = None  # planned | done | cancelled
+
+
+class _MessageFields(_EventFields):
     content: str = Field(min_length=1, max_length=CONTENT_MAX)
-    namespace: Namespace | None = None
-    collection: CollectionName | None = None
     type: MemoryTypeName = "semantic"
     tags: Tags = Field(default_factory=list)
     category: str | None = Field(default=None, min_length=1, max_length=CATEGORY_NAME_MAX)
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     source: SourceName = "cli"
     retention_tier: Tier | None = None
+    speaker: Speaker | None = None
+    occurred_at: Timestamp | None = None
+    message_id: MessageId | None = None
+
+
+class RememberParams(_MessageFields):
+    namespace: Namespace | None = None
+    collection: CollectionName | None = None
+    thread: ThreadId | None = None
+
+    @model_validator(mode="after")
+    def _message_fields_need_a_thread(self) -> RememberParams:
+        if self.thread is None and (self.speaker is not None or self.message_id is not None):
+            raise ValueError("speaker and message_id describe a message of a thread: give thread too")
+        return self
+
+
+def _remember_input(message: _MessageFields, *, namespace: str, collection: str | None,
+                    thread: str | None) -> services.RememberInput:
+    return services.RememberInput(
+        content=message.content, namespace=namespace, collection=collection or settings.BHGBRAIN.defaults.collection,
+        type=message.type, tags=tuple(message.tags), category=message.category, importance=message.importance,
+        source=message.source, retention_tier=message.retention_tier, thread=thread, speaker=message.speaker,
+        occurred_at=message.occurred_at, message_id=message.message_id, event_at=message.event_at,
+        valid_until=message.valid_until, status=message.status,
+    )
 
 
 @operation("remember", RememberParams, writes=_always)
@@ -51,14 +95,56 @@ def remember(params: RememberParams, ctx: CallContext) -> dict[str, Any]:
     """Store a memory. Content is normalised, checked for secrets, deduplicated (exact
     checksum, then semantic similarity within the collection) and given a retention tier
     (T0 foundational … T3 transient). Returns the id and operation: ADD, UPDATE (merged
-    into a near-duplicate; merged_with_id) or NOOP (already known)."""
-    data = services.RememberInput(
-        content=params.content, namespace=_namespace(params.namespace),
-        collection=params.collection or settings.BHGBRAIN.defaults.collection, type=params.type,
-        tags=tuple(params.tags), category=params.category, importance=params.importance, source=params.source,
-        retention_tier=params.retention_tier,
-    )
+    into a near-duplicate; merged_with_id) or NOOP (already known). With `thread` (a
+    conversation id you choose), `speaker`, `occurred_at` and `message_id` it stores one
+    message of a conversation: never merged; a re-sent `message_id` is a NOOP with the same id.
+    Optional `event_at`, `valid_until`, `status` (planned/done/cancelled) make it an event."""
+    data = _remember_input(params, namespace=_namespace(params.namespace), collection=params.collection,
+                           thread=params.thread)
     return services.memory_remember(data=data, actor=ctx.actor).as_dict()
+
+
+class MessageParams(_MessageFields):
+    """One message of a thread_append batch."""
+
+
+class ThreadAppendParams(Input):
+    thread: ThreadId
+    messages: list[MessageParams] = Field(min_length=1, max_length=THREAD_BATCH_MAX)
+    namespace: Namespace | None = None
+    collection: CollectionName | None = None
+
+
+@operation("thread_append", ThreadAppendParams, writes=_always)
+def thread_append(params: ThreadAppendParams, ctx: CallContext) -> dict[str, Any]:
+    """Append up to 500 messages to a conversation thread at once (each: content, speaker,
+    occurred_at, message_id, …): embedded in one batch and written in one transaction. Each
+    result is ADD, or NOOP with the existing id when that message was stored before."""
+    namespace = _namespace(params.namespace)
+    batch = [_remember_input(m, namespace=namespace, collection=params.collection, thread=params.thread)
+             for m in params.messages]
+    results = messages.thread_append(messages=batch, actor=ctx.actor)
+    added = sum(r["operation"] == "ADD" for r in results)
+    return {"thread": params.thread, "results": results, "added": added, "noop": len(results) - added}
+
+
+class EventParams(_EventFields):
+    id: MemoryId
+    namespace: Namespace | None = None
+    clear: list[Literal["event_at", "valid_until", "status"]] = Field(default_factory=list, max_length=3)
+
+
+@operation("event", EventParams, writes=_always)
+def event(params: EventParams, ctx: CallContext) -> dict[str, Any]:
+    """Set a memory's event fields: status (planned, done, cancelled), event_at, valid_until;
+    `clear` removes some. Cancelled events, and plans whose time has passed, leave recall and
+    memory://inject (search still returns them, marked inactive)."""
+    changes = {name: getattr(params, name) for name in ("event_at", "valid_until", "status")
+               if name in params.model_fields_set}
+    changes.update(dict.fromkeys(params.clear))
+    memory = curation.memory_set_event(memory_id=params.id, namespace=_namespace(params.namespace), changes=changes,
+                                       actor=ctx.actor)
+    return selectors.event_view(memory)
 
 
 class ForgetParams(Input):
@@ -257,3 +343,29 @@ resource("collection://list", "Collection list", "Collections of the namespace w
 resource("memory://{id}", "Memory", "One memory by id (?namespace=); counts as an access", operation="memories.get")
 resource("collection://{name}", "Collection", "Memories of one collection, newest first (?namespace=&limit=&cursor=)",
          operation="collections.get")
+
+
+class ThreadsListParams(Input):
+    namespace: Namespace | None = None
+    limit: int = Field(default=20, ge=1, le=100)
+
+
+@operation("threads.list", ThreadsListParams, tool=False)
+def threads_list(params: ThreadsListParams, ctx: CallContext) -> dict[str, Any]:
+    """The conversation threads of a namespace, most recently active first, with their size,
+    time span and speakers."""
+    return {"threads": selectors.threads_list(namespace=_namespace(params.namespace), limit=params.limit)}
+
+
+class ThreadParams(Input):
+    thread: ThreadId
+    namespace: Namespace | None = None
+    limit: int = Field(default=100, ge=1, le=500)
+    cursor: Cursor | None = None
+
+
+@operation("threads.get", ThreadParams, tool=False)
+def threads_get(params: ThreadParams, ctx: CallContext) -> dict[str, Any]:
+    """One thread's transcript in conversation order (occurred_at, then arrival), paginated."""
+    return selectors.thread_transcript(namespace=_namespace(params.namespace), thread=params.thread, limit=params.limit,
+                                       cursor=params.cursor)

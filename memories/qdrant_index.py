@@ -38,6 +38,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from bhgbrain_site.config import QdrantConfig
+from bhgbrain_site.contracts import EVENT_STATUSES, MESSAGE_ID_MAX, SPEAKER_MAX, THREAD_MAX
 from memories import foreign, normalize
 from memories.embeddings import from_bytes, to_bytes
 from memories.models import Memory, MemorySource, MemoryType, Operation, RetentionTier, VectorChange, VectorIndexCursor
@@ -65,7 +66,15 @@ def point_payload(memory: Memory) -> dict[str, Any]:
         "importance": memory.importance, "retention_tier": memory.retention_tier,
         "decay_eligible": memory.decay_eligible, "expires_at": _unix(memory.expires_at) if memory.decay_eligible else None,
         "device_id": memory.device_id, "created_at": memory.created_at.isoformat(),
+        # beyond the original's layout (it ignores unknown keys): conversation and event fields
+        "thread": memory.thread, "speaker": memory.speaker, "message_id": memory.message_id,
+        "occurred_at": _iso_or_none(memory.occurred_at), "event_at": _iso_or_none(memory.event_at),
+        "valid_until": _iso_or_none(memory.valid_until), "status": memory.status,
     }
+
+
+def _iso_or_none(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
 
 
 def memory_from_point(point: StoredPoint, model_id: str, dimensions: int) -> Memory:
@@ -92,7 +101,21 @@ def memory_from_point(point: StoredPoint, model_id: str, dimensions: int) -> Mem
         embedding=to_bytes(np.asarray(point.vector, dtype=np.float32)) if synced else None,
         embedding_model=model_id if synced else "", vector_synced=synced,
         created_at=foreign.when(payload.get("created_at")) or now, updated_at=now,
+        **_conversation_fields(payload),
     )
+
+
+def _conversation_fields(payload: dict[str, Any]) -> dict[str, Any]:
+    def text(key: str, limit: int) -> str | None:
+        value = payload.get(key)
+        return str(value)[:limit] if value else None
+
+    return {
+        "thread": text("thread", THREAD_MAX), "speaker": text("speaker", SPEAKER_MAX),
+        "message_id": text("message_id", MESSAGE_ID_MAX), "occurred_at": foreign.when(payload.get("occurred_at")),
+        "event_at": foreign.when(payload.get("event_at")), "valid_until": foreign.when(payload.get("valid_until")),
+        "status": payload.get("status") if payload.get("status") in EVENT_STATUSES else None,
+    }
 
 
 def _stored(point: Any) -> StoredPoint:
@@ -238,7 +261,8 @@ class QdrantVectorIndex:
     # ------------------------------------------------------------------ reads
 
     def search(
-        self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime
+        self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime,
+        facts_only: bool = False,
     ) -> list[VectorHit]:
         from qdrant_client import models
 
@@ -256,6 +280,8 @@ class QdrantVectorIndex:
             models.FieldCondition(key="decay_eligible", match=models.MatchValue(value=False)),
             models.FieldCondition(key="expires_at", range=models.Range(gt=int(now.timestamp()))),
         ])
+        if facts_only:  # a point without the key (written before threads existed) is a fact
+            must.append(models.IsEmptyCondition(is_empty=models.PayloadField(key="thread")))
         query_filter = models.Filter(must=[*must, alive])
         hits: list[VectorHit] = []
         client = self.client()

@@ -8,12 +8,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection
-from django.db.models import Count, Q
+from django.db.models import Count, Max, Min, Q
+from django.utils import timezone as django_timezone
 
 from bhgbrain_site.contracts import TIERS
-from bhgbrain_site.errors import InvalidInput
+from bhgbrain_site.errors import InvalidInput, NotFound
 from memories.embeddings import embedder_status
 from memories.models import AuditLog, Collection, Memory
+from memories.threads import thread_turns
 from memories.vector_index import get_vector_index
 
 
@@ -52,6 +54,13 @@ def memory_to_dict(memory: Memory) -> dict[str, Any]:
         "device_id": memory.device_id,
         "created_at": iso(memory.created_at),
         "updated_at": iso(memory.updated_at),
+        "thread": memory.thread,
+        "speaker": memory.speaker,
+        "occurred_at": iso(memory.occurred_at),
+        "message_id": memory.message_id,
+        "event_at": iso(memory.event_at),
+        "valid_until": iso(memory.valid_until),
+        "status": memory.status,
     }
 
 
@@ -182,3 +191,57 @@ def vector_index_status() -> tuple[str, str]:
 
 def embedding_status() -> tuple[str, str]:
     return embedder_status()
+
+
+def event_view(memory: Memory) -> dict[str, Any]:
+    return {"id": str(memory.id), "namespace": memory.namespace, "summary": memory.summary, "status": memory.status,
+            "event_at": iso(memory.event_at), "valid_until": iso(memory.valid_until),
+            "inactive": inactive_reason(memory, django_timezone.now())}
+
+
+def inactive_reason(memory: Memory, now: datetime) -> str | None:
+    """Why an event is no longer current: "cancelled", or "expired" for a plan whose time
+    (valid_until, else event_at) has passed; None for anything current (and for non-events)."""
+    if memory.status == "cancelled":
+        return "cancelled"
+    if memory.status == "planned":
+        until = memory.valid_until or memory.event_at
+        if until is not None and until < now:
+            return "expired"
+    return None
+
+
+def turn_to_dict(memory: Memory) -> dict[str, Any]:
+    """A message as a transcript shows it."""
+    return {"id": str(memory.id), "speaker": memory.speaker, "occurred_at": iso(memory.occurred_at),
+            "content": memory.content, "message_id": memory.message_id}
+
+
+def threads_list(*, namespace: str, limit: int) -> list[dict[str, Any]]:
+    """Threads of the namespace, most recently active first."""
+    rows = (Memory.objects.filter(namespace=namespace, archived=False, thread__isnull=False).values("thread")
+            .annotate(messages=Count("id"), first=Min("occurred_at"), last=Max("occurred_at"))
+            .order_by("-last", "thread")[:limit])
+    out = []
+    for row in rows:
+        speakers = (Memory.objects.filter(namespace=namespace, thread=row["thread"], archived=False)
+                    .exclude(speaker__isnull=True).values_list("speaker", flat=True).distinct()[:20])
+        out.append({"thread": row["thread"], "messages": row["messages"], "first_at": iso(row["first"]),
+                    "last_at": iso(row["last"]), "speakers": sorted(speakers)})
+    return out
+
+
+def thread_transcript(*, namespace: str, thread: str, limit: int, cursor: str | None) -> dict[str, Any]:
+    """A thread's messages in conversation order; ``cursor`` is the position to continue after."""
+    turns = thread_turns(namespace, thread).defer("embedding")
+    offset = 0
+    if cursor:
+        if not cursor.isdigit():
+            raise InvalidInput("cursor: not a cursor returned by a previous page", field="cursor")
+        offset = int(cursor)
+    page = list(turns[offset:offset + limit + 1])
+    if not page and offset == 0:
+        raise NotFound(f'Thread "{thread}" not found in namespace "{namespace}"')
+    more = len(page) > limit
+    return {"thread": thread, "namespace": namespace, "messages": [turn_to_dict(t) for t in page[:limit]],
+            "cursor": str(offset + limit) if more else None}

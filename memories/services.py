@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
@@ -15,157 +13,39 @@ from django.utils import timezone
 
 from bhgbrain_site.contracts import MAX_TAGS
 from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
-from memories import changes, normalize, tiers
+from memories import changes, tiers
 from memories.dedup import semantic_match
-from memories.embeddings import Embedder, get_embedder, to_bytes
+from memories.embeddings import get_embedder, to_bytes
+from memories.messages import message_remember
 from memories.models import Collection, Memory, MemoryRevision, Operation
-from memories.selectors import iso, parse_memory_id
+from memories.selectors import parse_memory_id
+from memories.writing import (
+    Prepared,
+    RememberInput,
+    RememberResult,
+    apply_vector,
+    embed_or_degrade,
+    ensure_collection,
+    new_memory,
+    prepare,
+    result,
+)
+
+__all__ = ["RememberInput", "RememberResult", "memory_remember", "memory_forget", "memory_tag", "memories_vector_sync",
+           "collection_create", "collection_delete", "live_memory", "snapshot_revision", "apply_vector", "embed_or_degrade"]
 
 logger = logging.getLogger("bhgbrain.memories")
 
 
-@dataclass(frozen=True)
-class RememberInput:
-    content: str
-    namespace: str
-    collection: str
-    type: str = "semantic"
-    tags: tuple[str, ...] = ()
-    category: str | None = None
-    importance: float = 0.5
-    source: str = "cli"
-    retention_tier: str | None = None
-
-
-@dataclass
-class RememberResult:
-    id: str
-    summary: str
-    type: str
-    operation: str
-    created_at: str
-    retention_tier: str
-    expires_at: str | None
-    merged_with_id: str | None = None
-    vector_synced: bool = True
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.id,
-            "summary": self.summary,
-            "type": self.type,
-            "operation": self.operation,
-            "created_at": self.created_at,
-            "retention_tier": self.retention_tier,
-            "expires_at": self.expires_at,
-        }
-        if self.merged_with_id:
-            out["merged_with_id"] = self.merged_with_id
-        return out
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    data: RememberInput
-    content: str
-    summary: str
-    checksum: str
-    vector: np.ndarray | None
-    embedder: Embedder | None
-
-
-def _result(memory: Memory, operation: str, merged_with: str | None = None) -> RememberResult:
-    return RememberResult(
-        id=str(memory.id),
-        summary=memory.summary,
-        type=memory.type,
-        operation=str(operation),
-        created_at=iso(memory.created_at),
-        retention_tier=memory.retention_tier,
-        expires_at=iso(memory.expires_at),
-        merged_with_id=merged_with,
-        vector_synced=memory.vector_synced,
-    )
-
-
 def _live_duplicate(namespace: str, checksum: str) -> Memory | None:
-    rows = Memory.objects.filter(namespace=namespace, checksum=checksum, archived=False).defer("embedding")
-    return next(iter(rows[:1]), None)
+    """The live fact (not a conversation message) with this content."""
+    rows = Memory.objects.filter(namespace=namespace, checksum=checksum, archived=False, thread__isnull=True)
+    return next(iter(rows.defer("embedding")[:1]), None)
 
 
-def embed_or_degrade(content: str) -> tuple[np.ndarray | None, Embedder | None]:
-    """Embed the passage; without an embedder, fall back or refuse per the pipeline config."""
-    embedder = get_embedder()
-    try:
-        if embedder is None:
-            raise EmbeddingUnavailable("No embedding provider is configured")
-        return embedder.embed_passage(content), embedder
-    except EmbeddingUnavailable:
-        if not settings.BHGBRAIN.pipeline.fallback_to_threshold_dedup:
-            raise
-        logger.warning("embedding unavailable: checksum-only dedup, memory stored with vector_synced=false")
-        return None, embedder
-
-
-def _ensure_collection(namespace: str, name: str, embedder: Embedder | None) -> None:
-    """Create the collection on first use; its embedding model is locked (mismatch → CONFLICT)."""
-    model = embedder.model_id if embedder else ""
-    dims = embedder.dimensions if embedder else 0
-    collection, created = Collection.objects.get_or_create(
-        namespace=namespace, name=name, defaults={"embedding_model": model, "embedding_dimensions": dims}
-    )
-    if created or embedder is None:
-        return
-    if not collection.embedding_model:
-        Collection.objects.filter(pk=collection.pk).update(embedding_model=model, embedding_dimensions=dims)
-    elif (collection.embedding_model, collection.embedding_dimensions) != (model, dims):
-        raise Conflict(
-            f'Collection "{name}" uses {collection.embedding_model} ({collection.embedding_dimensions} dims); '
-            f"the configured model is {model} ({dims} dims). Create a new collection."
-        )
-
-
-def _prepare(data: RememberInput) -> _Prepared:
-    content = normalize.normalize_content(data.content)
-    if not content:
-        raise InvalidInput("content: must not be empty after normalization")
-    normalize.reject_secrets(content)
-    return _Prepared(
-        data=data,
-        content=content,
-        summary=normalize.make_summary(content),
-        checksum=normalize.checksum(content),
-        vector=None,
-        embedder=None,
-    )
-
-
-def apply_vector(memory: Memory, vector: np.ndarray | None, embedder: Embedder | None) -> None:
-    if vector is not None and embedder is not None:
-        memory.embedding = to_bytes(vector)
-        memory.embedding_model = embedder.model_id
-        memory.vector_synced = True
-    else:
-        memory.vector_synced = False
-
-
-def _insert(prep: _Prepared, actor: str, now: datetime) -> Memory:
-    data = prep.data
-    tier = tiers.assign_tier(
-        content=prep.content, tags=list(data.tags), source=data.source, memory_type=data.type,
-        category=data.category, explicit_tier=data.retention_tier,
-    )
-    meta = tiers.tier_metadata(tier, anchor=now, ttl=settings.BHGBRAIN.retention.tier_ttl)
-    memory = Memory(
-        namespace=data.namespace, collection=data.collection, type=data.type, category=data.category,
-        content=prep.content, summary=prep.summary, tags=list(dict.fromkeys(data.tags)),
-        source=data.source, checksum=prep.checksum, importance=data.importance,
-        retention_tier=tier, expires_at=meta.expires_at, decay_eligible=meta.decay_eligible,
-        review_due=meta.review_due, last_operation=Operation.ADD, device_id=settings.BHGBRAIN_DEVICE_ID,
-        created_at=now, updated_at=now,
-    )
-    apply_vector(memory, prep.vector, prep.embedder)
-    audit = changes.Audit("ADD", actor, {"tier": tier, "collection": data.collection, "source": data.source})
+def _insert(prep: Prepared, actor: str, now: datetime) -> Memory:
+    memory, tier = new_memory(prep, now)
+    audit = changes.Audit("ADD", actor, {"tier": tier, "collection": prep.data.collection, "source": prep.data.source})
     changes.memory_saved(memory, audit=audit, at=now, insert=True)
     return memory
 
@@ -182,7 +62,7 @@ def _merge_tags(existing: list[str], incoming: tuple[str, ...]) -> tuple[list[st
     return merged[:MAX_TAGS], merged[MAX_TAGS:]
 
 
-def _update(target: Memory, prep: _Prepared, actor: str, now: datetime) -> Memory:
+def _update(target: Memory, prep: Prepared, actor: str, now: datetime) -> Memory:
     """UPDATE merge: tags ∪, content replaced, importance max, tier/expiry recomputed."""
     data = prep.data
     if target.retention_tier == "T0":
@@ -208,12 +88,12 @@ def _update(target: Memory, prep: _Prepared, actor: str, now: datetime) -> Memor
     return target
 
 
-def _wants_tier_change(prep: _Prepared, memory: Memory) -> bool:
+def _wants_tier_change(prep: Prepared, memory: Memory) -> bool:
     """An explicit tier that differs turns a duplicate into an UPDATE (the seed's manual promotion)."""
     return bool(prep.data.retention_tier) and prep.data.retention_tier != memory.retention_tier
 
 
-def _decide(prep: _Prepared, duplicate: Memory | None, now: datetime) -> tuple[Memory, str] | None:
+def _decide(prep: Prepared, duplicate: Memory | None, now: datetime) -> tuple[Memory, str] | None:
     if duplicate is not None:
         return duplicate, Operation.NOOP
     if not settings.BHGBRAIN.deduplication.enabled or prep.vector is None or prep.embedder is None:
@@ -222,21 +102,21 @@ def _decide(prep: _Prepared, duplicate: Memory | None, now: datetime) -> tuple[M
                           collection=prep.data.collection, now=now)
 
 
-def _write(prep: _Prepared, duplicate: Memory | None, actor: str) -> RememberResult:
+def _write(prep: Prepared, duplicate: Memory | None, actor: str) -> RememberResult:
     now = timezone.now()
     match = _decide(prep, duplicate, now)
     if match and match[1] == Operation.NOOP and not _wants_tier_change(prep, match[0]):
-        return _result(match[0], Operation.NOOP)
+        return result(match[0], Operation.NOOP)
     with transaction.atomic():
         duplicate = _live_duplicate(prep.data.namespace, prep.checksum)
         if duplicate is not None and not _wants_tier_change(prep, duplicate):
-            return _result(duplicate, Operation.NOOP)
+            return result(duplicate, Operation.NOOP)
         if match:
             target = Memory.objects.select_for_update().filter(pk=match[0].pk, archived=False).first()
             if target is not None:
                 updated = _update(target, prep, actor, now)
-                return _result(updated, Operation.UPDATE, merged_with=str(updated.id))
-        return _result(_insert(prep, actor, now), Operation.ADD)
+                return result(updated, Operation.UPDATE, merged_with=str(updated.id))
+        return result(_insert(prep, actor, now), Operation.ADD)
 
 
 def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
@@ -245,21 +125,24 @@ def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
     Returns ADD (new memory), UPDATE (merged into a near-duplicate, ``merged_with_id``)
     or NOOP (exact or near duplicate; the existing id). Identical concurrent writes
     produce one memory: the partial unique index on live (namespace, checksum) decides.
+    A message of a thread (``data.thread``) is an event, never merged: memories/messages.py.
     """
-    prep = _prepare(data)
+    if data.thread:
+        return message_remember(data=data, actor=actor)
+    prep = prepare(data)
     existing = _live_duplicate(data.namespace, prep.checksum)
     if existing is not None and not _wants_tier_change(prep, existing):
-        return _result(existing, Operation.NOOP)  # before any embedding work
+        return result(existing, Operation.NOOP)  # before any embedding work
     vector, embedder = embed_or_degrade(prep.content)
     prep = dataclasses.replace(prep, vector=vector, embedder=embedder)
-    _ensure_collection(data.namespace, data.collection, embedder if vector is not None else None)
+    ensure_collection(data.namespace, data.collection, embedder if vector is not None else None)
     try:
         return _write(prep, existing, actor)
     except IntegrityError:
         duplicate = _live_duplicate(data.namespace, prep.checksum)
         if duplicate is None:
             raise
-        return _result(duplicate, Operation.NOOP)
+        return result(duplicate, Operation.NOOP)
 
 
 def live_memory(memory_id: str, namespace: str | None) -> Memory:
@@ -323,7 +206,7 @@ def memory_tag(*, memory_id: str, add: list[str], remove: list[str], namespace: 
 def collection_create(*, namespace: str, name: str, actor: str) -> dict[str, Any]:
     """Create an (empty) collection locked to the configured embedding model."""
     embedder = get_embedder()
-    _ensure_collection(namespace, name, embedder)
+    ensure_collection(namespace, name, embedder)
     return {"ok": True, "namespace": namespace, "name": name}
 
 

@@ -95,6 +95,11 @@ def _split(text: str) -> list[str]:
     return words
 
 
+def words(text: str) -> list[str]:
+    """The words of a text as written (lower-cased, CJK segmented), stopwords dropped, not stemmed."""
+    return [word for word in _split(text) if word not in STOPWORDS]
+
+
 def analyze(text: str) -> list[str]:
     """Index/query tokens: CJK segmented, stopwords dropped, English stemmed."""
     tokens = []

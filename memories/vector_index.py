@@ -83,6 +83,7 @@ class EmbeddedVectorIndex:
         self._matrix = np.zeros((0, self.dimensions), dtype=np.float32)
         self._ns = np.zeros(0, dtype=np.int32)
         self._coll = np.zeros(0, dtype=np.int32)
+        self._threaded = np.zeros(0, dtype=np.bool_)
         self._live = np.zeros(0, dtype=np.float64)
         self._sketch = np.zeros((0, self._sketch_dims), dtype=np.float32)
         self._codes: dict[str, int] = {}
@@ -96,6 +97,7 @@ class EmbeddedVectorIndex:
         self._matrix = np.vstack([self._matrix, np.zeros((extra, self.dimensions), dtype=np.float32)])
         self._ns = np.concatenate([self._ns, np.full(extra, -1, dtype=np.int32)])
         self._coll = np.concatenate([self._coll, np.full(extra, -1, dtype=np.int32)])
+        self._threaded = np.concatenate([self._threaded, np.zeros(extra, dtype=np.bool_)])
         self._live = np.concatenate([self._live, np.zeros(extra, dtype=np.float64)])
         if self._projection is not None:
             self._sketch = np.vstack([self._sketch, np.zeros((extra, self._sketch_dims), dtype=np.float32)])
@@ -103,7 +105,8 @@ class EmbeddedVectorIndex:
         self._ids.extend([None] * extra)
         self._free.extend(range(len(self._ids) - 1, start - 1, -1))
 
-    def _put(self, memory_id: str, vector: np.ndarray, namespace: str, collection: str, until: float) -> None:
+    def _put(self, memory_id: str, vector: np.ndarray, namespace: str, collection: str, until: float,
+             threaded: bool = False) -> None:
         row = self._rows.get(memory_id)
         if row is None:
             if not self._free:
@@ -117,6 +120,7 @@ class EmbeddedVectorIndex:
             self._sketch[row] = self._projection.apply(vector)
         self._ns[row] = self._code("n:" + namespace)
         self._coll[row] = self._code("c:" + collection)
+        self._threaded[row] = threaded
         self._live[row] = until
 
     def _drop(self, memory_id: str) -> None:
@@ -137,25 +141,27 @@ class EmbeddedVectorIndex:
         if self._indexable(memory):
             vector = from_bytes(memory.embedding)
             if vector.shape[0] == self.dimensions:
-                self._put(str(memory.id), vector, memory.namespace, memory.collection, live_until(memory))
+                self._put(str(memory.id), vector, memory.namespace, memory.collection, live_until(memory),
+                          bool(memory.thread))
                 return
         self._drop(str(memory.id))
 
-    _FIELDS = ("id", "namespace", "collection", "expires_at", "decay_eligible", "archived", "embedding", "embedding_model")
+    _FIELDS = ("id", "namespace", "collection", "expires_at", "decay_eligible", "archived", "embedding", "embedding_model",
+               "thread")
 
     def _load(self) -> None:
         self._feed.start()
         rows = Memory.objects.filter(archived=False, embedding_model=self.model_id, embedding__isnull=False)
-        fields = ("id", "namespace", "collection", "expires_at", "decay_eligible", "embedding")
+        fields = ("id", "namespace", "collection", "expires_at", "decay_eligible", "embedding", "thread")
         self._reserve(rows.count())
         # Streamed: holding every row's blob at once would double the peak memory of the load.
-        for memory_id, namespace, collection, expires_at, decay_eligible, blob in rows.values_list(*fields).iterator(
-            chunk_size=2000
-        ):
+        for memory_id, namespace, collection, expires_at, decay_eligible, blob, thread in rows.values_list(
+            *fields
+        ).iterator(chunk_size=2000):
             vector = from_bytes(blob)
             if vector.shape[0] == self.dimensions:
                 until = expires_at.timestamp() if decay_eligible and expires_at is not None else _INF
-                self._put(str(memory_id), vector, namespace, collection, until)
+                self._put(str(memory_id), vector, namespace, collection, until, bool(thread))
         self._loaded = True
 
     def _reserve(self, count: int) -> None:
@@ -206,9 +212,10 @@ class EmbeddedVectorIndex:
 
     def search(
         self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime,
-        exact: bool = False,
+        facts_only: bool = False, exact: bool = False,
     ) -> list[VectorHit]:
-        """Best ``limit`` live vectors; ``exact`` skips the sketch (what the sketch is measured against)."""
+        """Best ``limit`` live vectors (``facts_only``: no thread messages); ``exact`` skips the
+        sketch (what the sketch is measured against)."""
         with self._lock:
             self._catch_up()
             ns_code = self._codes.get("n:" + namespace)
@@ -219,6 +226,8 @@ class EmbeddedVectorIndex:
             if collection is not None:
                 mask &= self._coll[:rows] == self._codes.get("c:" + collection, -2)
             mask &= self._live[:rows] > now.timestamp()
+            if facts_only:
+                mask &= ~self._threaded[:rows]
             candidates = np.flatnonzero(mask)
             if candidates.size == 0:
                 return []

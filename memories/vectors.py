@@ -51,9 +51,11 @@ class VectorIndex(Protocol):
     def delete(self, memory_id: str) -> None: ...
 
     def search(
-        self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime
+        self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime,
+        facts_only: bool = False,
     ) -> list[VectorHit]:
-        """The best ``limit`` live vectors of the namespace (and collection), exact cosines."""
+        """The best ``limit`` live vectors of the namespace (and collection), exact cosines;
+        ``facts_only`` leaves out the messages of threads (semantic dedup never merges into one)."""
 
     def sync(self) -> int:
         """Apply the change feed now; the number of feed rows applied."""

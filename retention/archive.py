@@ -21,6 +21,7 @@ from memories.embeddings import get_embedder, to_bytes
 from memories.models import Memory, Operation
 from memories.selectors import iso
 from memories.text import analyze_query
+from retention.cleanup import CARRIED_FIELDS
 from retention.models import ArchivedMemory
 
 
@@ -30,7 +31,8 @@ def archived_to_dict(item: ArchivedMemory) -> dict[str, Any]:
         "category": item.category, "summary": item.summary, "content": item.content, "tags": item.tags,
         "importance": item.importance, "tier": item.tier, "access_count": item.access_count,
         "device_id": item.device_id, "created_at": iso(item.created_at), "expired_at": iso(item.expired_at),
-        "restored_at": iso(item.restored_at),
+        "restored_at": iso(item.restored_at), "thread": item.thread, "speaker": item.speaker,
+        "occurred_at": iso(item.occurred_at), "message_id": item.message_id, "status": item.status,
     }
 
 
@@ -68,6 +70,16 @@ def _vector_for(item: ArchivedMemory) -> tuple[bytes | None, str, bool]:
         return item.embedding, item.embedding_model, False  # the scheduled vector_sync embeds it later
 
 
+def _live_twin(item: ArchivedMemory) -> Memory | None:
+    """The live memory a restore would duplicate: the same fact, or the same message."""
+    rows = Memory.objects.filter(namespace=item.namespace)
+    if item.message_id:
+        return rows.filter(message_id=item.message_id).first()
+    if item.thread:
+        return rows.filter(thread=item.thread, checksum=item.checksum, archived=False, message_id__isnull=True).first()
+    return rows.filter(checksum=item.checksum, archived=False, thread__isnull=True).first()
+
+
 def archive_restore(*, memory_id: str, namespace: str, actor: str, tier: str = "T2") -> dict[str, Any]:
     """Bring an archived memory back as a live one (same id), refusing to create a duplicate."""
     if tier not in TIERS:
@@ -84,7 +96,7 @@ def archive_restore(*, memory_id: str, namespace: str, actor: str, tier: str = "
     now = timezone.now()
     meta = tiers.tier_metadata(tier, anchor=now, ttl=settings.BHGBRAIN.retention.tier_ttl)
     with transaction.atomic():
-        duplicate = Memory.objects.filter(namespace=namespace, checksum=item.checksum, archived=False).first()
+        duplicate = _live_twin(item)
         if duplicate is not None:
             raise Conflict(f"A live memory with the same content exists: {duplicate.id}")
         if Memory.objects.filter(pk=pk).exists():
@@ -96,7 +108,7 @@ def archive_restore(*, memory_id: str, namespace: str, actor: str, tier: str = "
             decay_eligible=meta.decay_eligible, review_due=meta.review_due, access_count=item.access_count,
             last_accessed=item.last_accessed, last_operation=Operation.ADD, device_id=item.device_id,
             embedding=embedding, embedding_model=model, vector_synced=synced, created_at=item.created_at,
-            updated_at=now,
+            updated_at=now, **{name: getattr(item, name) for name in CARRIED_FIELDS},
         )
         audit = changes.Audit("RESTORE_ARCHIVE", actor,
                               {"tier": tier, "archived_tier": item.tier, "expired_at": iso(item.expired_at)})

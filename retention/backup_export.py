@@ -52,8 +52,12 @@ def _memory_rows() -> Iterator[tuple[Any, ...]]:
             iso(m.expires_at), _bool(m.decay_eligible), iso(m.review_due), m.access_count, m.last_operation,
             m.merged_from, _bool(m.stale), _bool(m.archived), _bool(m.vector_synced), m.device_id,
             iso(m.created_at), iso(m.updated_at), iso(m.last_accessed),
-            bytes(m.embedding) if m.embedding is not None else None, m.embedding_model,
+            bytes(m.embedding) if m.embedding is not None else None, m.embedding_model, *_conversation(m),
         )
+
+
+def _conversation(m: Memory | ArchivedMemory) -> tuple[Any, ...]:
+    return (m.thread, m.speaker, iso(m.occurred_at), m.message_id, iso(m.event_at), iso(m.valid_until), m.status)
 
 
 def _other_rows() -> dict[str, Iterable[tuple[Any, ...]]]:
@@ -86,7 +90,8 @@ def _other_rows() -> dict[str, Iterable[tuple[Any, ...]]]:
             (a.id, str(a.memory_id), a.summary, a.tier, a.namespace, iso(a.created_at), iso(a.expired_at),
              a.access_count, json.dumps(a.tags, ensure_ascii=False), a.content, a.collection, a.type, a.category,
              a.source, a.checksum, a.importance, iso(a.last_accessed), a.device_id,
-             bytes(a.embedding) if a.embedding is not None else None, a.embedding_model, iso(a.restored_at))
+             bytes(a.embedding) if a.embedding is not None else None, a.embedding_model, iso(a.restored_at),
+             *_conversation(a))
             for a in ArchivedMemory.objects.order_by("id").iterator(chunk_size=CHUNK)
         ),
     }

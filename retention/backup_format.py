@@ -9,7 +9,9 @@ bytes), ``created_at``, ``embedding_model`` and ``embedding_dimensions``; ours a
 ``producer``. The database uses the original's table layout (memories, categories,
 collections, audit_log, memory_revisions, memory_archive, bootstrap_sessions) plus what we
 keep beyond it: each memory's ``embedding`` and ``embedding_model`` (a restore re-embeds
-nothing), categories per namespace and their revisions, archived memories in full.
+nothing), its conversation fields (``thread speaker occurred_at message_id``) and event fields
+(``event_at valid_until status``), categories per namespace and their revisions, archived
+memories in full.
 """
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ CREATE TABLE memories (
     decay_eligible INTEGER NOT NULL, review_due TEXT, access_count INTEGER NOT NULL, last_operation TEXT NOT NULL,
     merged_from TEXT, stale INTEGER NOT NULL, archived INTEGER NOT NULL, vector_synced INTEGER NOT NULL,
     device_id TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, last_accessed TEXT,
-    embedding BLOB, embedding_model TEXT NOT NULL DEFAULT ''
+    embedding BLOB, embedding_model TEXT NOT NULL DEFAULT '',
+    thread TEXT, speaker TEXT, occurred_at TEXT, message_id TEXT, event_at TEXT, valid_until TEXT, status TEXT
 );
 CREATE TABLE categories (
     namespace TEXT NOT NULL, name TEXT NOT NULL, slot TEXT NOT NULL, content TEXT NOT NULL,
@@ -67,7 +70,8 @@ CREATE TABLE memory_archive (
     namespace TEXT NOT NULL, created_at TEXT NOT NULL, expired_at TEXT NOT NULL, access_count INTEGER NOT NULL,
     tags TEXT NOT NULL, content TEXT NOT NULL, collection TEXT NOT NULL, type TEXT NOT NULL, category TEXT,
     source TEXT NOT NULL, checksum TEXT NOT NULL, importance REAL NOT NULL, last_accessed TEXT, device_id TEXT,
-    embedding BLOB, embedding_model TEXT NOT NULL DEFAULT '', restored_at TEXT
+    embedding BLOB, embedding_model TEXT NOT NULL DEFAULT '', restored_at TEXT,
+    thread TEXT, speaker TEXT, occurred_at TEXT, message_id TEXT, event_at TEXT, valid_until TEXT, status TEXT
 );
 CREATE TABLE bootstrap_sessions (
     namespace TEXT NOT NULL, section_number INTEGER NOT NULL, status TEXT NOT NULL, memory_ids TEXT NOT NULL,

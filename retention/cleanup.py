@@ -31,6 +31,7 @@ from retention.models import ArchivedMemory
 logger = logging.getLogger("bhgbrain.retention")
 
 BATCH = 500
+CARRIED_FIELDS = ("thread", "speaker", "occurred_at", "message_id", "event_at", "valid_until", "status")
 ACTOR = "system"
 
 
@@ -60,7 +61,7 @@ def _archive(memory: Memory, now: datetime) -> ArchivedMemory:
         source=memory.source, checksum=memory.checksum, importance=memory.importance, tier=memory.retention_tier,
         access_count=memory.access_count, last_accessed=memory.last_accessed, device_id=memory.device_id,
         embedding=memory.embedding, embedding_model=memory.embedding_model, created_at=memory.created_at,
-        expired_at=now,
+        expired_at=now, **{name: getattr(memory, name) for name in CARRIED_FIELDS},
     )
 
 

@@ -2,11 +2,17 @@
 
 The database keeps each live memory's analyzed text (:func:`memories.text.analyze`: CJK
 segmented, stemmed, stopwords dropped) — SQLite in the FTS5 table ``memories_fts``
-(content and tags), PostgreSQL in ``memory_search`` (one token array, tags repeated) — written
+(content, tags, context), PostgreSQL in ``memory_search`` (a token array with the tags
+repeated, and the context tokens) — written
 by :class:`FullTextIndexer` inside every write's transaction (it registers itself with the
 write funnel from ``search/apps.py``), so it never disagrees with the memories table.
 Queries are answered by the in-process BM25 index (search.text_index) built from that text;
 query terms come from the same analyzer, so user strings are only ever words.
+
+A threaded memory (a message of a conversation) also gets a *context* field: its neighbouring
+turns and the date it was said in words (memories.threads), counted with ``CONTEXT_WEIGHT``
+so that a turn such as "Yeah, I went there last Friday" is found by what the turns around it
+say. Plain memories have no context: their scores are what they always were.
 """
 from __future__ import annotations
 
@@ -20,11 +26,13 @@ from django.db import connection
 
 from memories.models import Memory
 from memories.text import analyze, analyze_query
+from memories.threads import contexts
 from search.text_index import get_text_index
 
 TAG_WEIGHT = 2  # tags count twice in BM25 (chosen on the retrieval benchmark)
+CONTEXT_WEIGHT = 0.5  # a context word counts half a content word (measured: docs/retrieval.md)
 K1, B = 0.9, 0.4
-TEXT_FIELDS = frozenset({"content", "tags", "archived"})  # what the stored rows are made of
+TEXT_FIELDS = frozenset({"content", "tags", "archived", "context", "occurred_at"})  # what the stored rows are made of
 
 
 @dataclass(frozen=True)
@@ -39,39 +47,40 @@ def fts_rowid(memory_id: uuid.UUID | str) -> int:
     return int.from_bytes(raw[:8], "big", signed=True)
 
 
-def _fields(memory: Any) -> tuple[str, str]:
+def _fields(memory: Any, context: str) -> tuple[str, str, str]:
     tags = " ".join(t.replace("-", " ") for t in memory.tags)
-    return " ".join(analyze(memory.content)), " ".join(analyze(tags))
+    return " ".join(analyze(memory.content)), " ".join(analyze(tags)), " ".join(analyze(context))
 
 
-def _sqlite_index(memory: Any) -> None:
-    content, tags = _fields(memory)
+def _sqlite_index(memory: Any, context: str) -> None:
+    content, tags, context_words = _fields(memory, context)
     rowid = fts_rowid(memory.id)
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM memories_fts WHERE rowid = %s", [rowid])
-        cursor.execute("INSERT INTO memories_fts (rowid, content, tags, memory_id) VALUES (%s, %s, %s, %s)",
-                       [rowid, content, tags, memory.id.hex])
+        cursor.execute("INSERT INTO memories_fts (rowid, content, tags, context, memory_id) VALUES (%s, %s, %s, %s, %s)",
+                       [rowid, content, tags, context_words, memory.id.hex])
 
 
-def _pg_index(memory: Any) -> None:
-    content, tags = _fields(memory)
+def _pg_index(memory: Any, context: str) -> None:
+    content, tags, context_words = _fields(memory, context)
     tokens = content.split() + tags.split() * TAG_WEIGHT  # the text index reads them with weight 1
     with connection.cursor() as cursor:
         cursor.execute(
-            """INSERT INTO memory_search (memory_id, tokens) VALUES (%s, %s)
-               ON CONFLICT (memory_id) DO UPDATE SET tokens = EXCLUDED.tokens""",
-            [memory.id, tokens],
+            """INSERT INTO memory_search (memory_id, tokens, context_tokens) VALUES (%s, %s, %s)
+               ON CONFLICT (memory_id) DO UPDATE SET tokens = EXCLUDED.tokens, context_tokens = EXCLUDED.context_tokens""",
+            [memory.id, tokens, context_words.split()],
         )
 
 
-def index_memory(memory: Any) -> None:
-    """(Re)index one memory; call inside the write's transaction (the funnel does)."""
+def index_memory(memory: Any, context: str = "") -> None:
+    """(Re)index one memory (``context``: its neighbours' text, for a threaded one); call inside
+    the write's transaction (the funnel does)."""
     if memory.archived:
         remove_memory(memory.id)
     elif connection.vendor == "sqlite":
-        _sqlite_index(memory)
+        _sqlite_index(memory, context)
     else:
-        _pg_index(memory)
+        _pg_index(memory, context)
 
 
 def remove_memory(memory_id: uuid.UUID | str) -> None:
@@ -94,8 +103,9 @@ class FullTextIndexer:
     def written(self, memories: Sequence[Memory], fields: frozenset[str] | None) -> None:
         if fields is not None and not fields & TEXT_FIELDS:
             return  # access counts, expiry, vectors: the stored text is unchanged
+        context = contexts(memories)
         for memory in memories:
-            index_memory(memory)
+            index_memory(memory, context.get(str(memory.id), ""))
 
     def removed(self, memory_ids: Sequence[uuid.UUID]) -> None:
         for memory_id in memory_ids:
@@ -112,6 +122,6 @@ def search(query: str, *, namespace: str, collection: str | None, now: datetime,
         return []
     # SQLite stores tags apart (weighted when loaded); PostgreSQL's token arrays repeat them already.
     tag_weight = TAG_WEIGHT if connection.vendor == "sqlite" else 1
-    index = get_text_index(K1, B, tag_weight)
+    index = get_text_index(K1, B, tag_weight, CONTEXT_WEIGHT)
     hits = index.search(terms, namespace=namespace, collection=collection, now=now, limit=limit)
     return [TextHit(memory_id, score) for memory_id, score in hits]

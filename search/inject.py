@@ -16,7 +16,9 @@ from django.utils import timezone
 from categories.selectors import categories_for_inject
 from memories.access import memories_touch
 from memories.models import Memory
+from memories.selectors import inactive_reason
 from search.selectors import memories_search
+from search.services import gated_query
 
 TIER_PRIOR = {"T0": 1.0, "T1": 0.8, "T2": 0.6, "T3": 0.4}
 RECENCY_HALF_LIFE_DAYS = 30.0
@@ -29,14 +31,18 @@ def _prior(memory: Memory, now: datetime) -> float:
     return TIER_PRIOR[memory.retention_tier] * (0.5 + memory.importance) * (0.5 + recency)
 
 
-def _top_memories(namespace: str, query: str | None, limit: int, now: datetime) -> list[Memory]:
+def _top_memories(namespace: str, query: str | None, limit: int, now: datetime, include_inactive: bool) -> list[Memory]:
+    """The query's hybrid results, or the best by prior; inactive events left out unless asked for."""
     if query:
-        items = memories_search(query=query, namespace=namespace, collection=None, mode="hybrid", limit=limit, now=now)
-        return [i.memory for i in items if i.memory is not None]
-    alive = Memory.objects.filter(namespace=namespace, archived=False).defer("embedding")
-    alive = alive.exclude(decay_eligible=True, expires_at__lte=now)
-    pool = list(alive.order_by("-importance", "-created_at")[: max(limit * 20, 200)])
-    return sorted(pool, key=lambda m: _prior(m, now), reverse=True)[:limit]
+        items = memories_search(query=query, namespace=namespace, collection=None, mode="hybrid", limit=limit * 2,
+                                now=now)
+        found = [i.memory for i in items if i.memory is not None]
+    else:
+        alive = Memory.objects.filter(namespace=namespace, archived=False).defer("embedding")
+        alive = alive.exclude(decay_eligible=True, expires_at__lte=now)
+        pool = list(alive.order_by("-importance", "-created_at")[: max(limit * 20, 200)])
+        found = sorted(pool, key=lambda m: _prior(m, now), reverse=True)
+    return [m for m in found if include_inactive or inactive_reason(m, now) is None][:limit]
 
 
 def _budget() -> int:
@@ -45,37 +51,64 @@ def _budget() -> int:
     return min(chars, cfg.max_tokens * 4) if cfg.max_tokens else chars  # ≈4 chars a token
 
 
-def build_inject(*, namespace: str, query: str | None = None) -> dict[str, Any]:
-    """Categories (full content, in slot order), then memories (content, or summary if tight)."""
-    now = timezone.now()
-    budget = _budget()
-    parts: list[str] = []
-    used = 0
-    truncated = False
-    categories = categories_for_inject(namespace=namespace)
+def build_inject(*, namespace: str, query: str | None = None, gate: bool = False, thread: str | None = None,
+                 include_inactive: bool = False) -> dict[str, Any]:
+    """Categories (full content, in slot order), then memories (content, or summary if tight).
+    ``gate``: a small-talk ``query`` adds no memories (``meta.skipped``); a short follow-up in a
+    ``thread`` borrows its last turns."""
+    meta: dict[str, Any] = {}
+    if gate and query:
+        query, meta = gated_query(query, namespace=namespace, thread=thread)
+        if query is None:
+            return {**_assemble(namespace, [], timezone.now()), "meta": meta}
+    out = _assemble(namespace, None, timezone.now(), query=query, include_inactive=include_inactive)
+    return {**out, "meta": meta} if meta else out
+
+
+def _category_blocks(categories: list[Any], budget: int) -> tuple[list[str], bool]:
+    parts, used = [], 0
     for category in categories:
         block = f"## {category.name} ({category.slot})\n{category.content}\n"
         if used + len(block) > budget:
-            block = block[: max(budget - used, 0)]
-            truncated = True
+            parts.append(block[: max(budget - used, 0)])
+            return parts, True
         parts.append(block)
         used += len(block)
-    memories = _top_memories(namespace, query, settings.BHGBRAIN.defaults.auto_inject_limit, now) if not truncated else []
+    return parts, False
+
+
+def _memory_lines(memories: list[Memory], budget: int) -> tuple[list[str], list[str], bool]:
+    """One line a memory (its summary if the content does not fit); the ids included."""
+    parts: list[str] = []
     included: list[str] = []
+    used = 0
     for memory in memories:
         line = f"- [{memory.type}] {memory.content}\n"
         if used + len(line) > budget:
             line = f"- [{memory.type}] {memory.summary}\n"
         if used + len(line) > budget:
-            truncated = True
-            break
+            return parts, included, True
         parts.append(line)
         used += len(line)
         included.append(str(memory.id))
+    return parts, included, False
+
+
+def _assemble(namespace: str, memories: list[Memory] | None, now: datetime, *, query: str | None = None,
+              include_inactive: bool = False) -> dict[str, Any]:
+    """The block: every category, then ``memories`` (None: the best ones for ``query``)."""
+    budget = _budget()
+    categories = categories_for_inject(namespace=namespace)
+    parts, truncated = _category_blocks(categories, budget)
+    used = sum(len(p) for p in parts)
+    if memories is None:
+        limit = settings.BHGBRAIN.defaults.auto_inject_limit
+        memories = [] if truncated else _top_memories(namespace, query, limit, now, include_inactive)
+    lines, included, cut = _memory_lines(memories, budget - used)
     memories_touch(memory_ids=included, at=now)
     return {
-        "content": "".join(parts),
-        "truncated": truncated,
+        "content": "".join(parts + lines),
+        "truncated": truncated or cut,
         "total_results": len(categories) + len(memories),
         "categories_count": len(categories),
         "memories_count": len(included),

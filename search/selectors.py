@@ -21,7 +21,8 @@ from django.utils import timezone
 from bhgbrain_site.errors import EmbeddingUnavailable
 from memories.embeddings import calibrate, get_embedder
 from memories.models import Memory
-from memories.selectors import iso
+from memories.selectors import inactive_reason, iso, turn_to_dict
+from memories.threads import turns_after, turns_before
 from memories.vector_index import get_vector_index
 from memories.vectors import VectorHit
 from search import fulltext
@@ -194,7 +195,26 @@ def result_dict(item: Scored, *, now: datetime) -> dict[str, Any]:
         "created_at": iso(memory.created_at),
         "last_accessed": iso(memory.last_accessed),
         "device_id": memory.device_id,
+        **_conversation_dict(memory, now),
     }
+
+
+def _conversation_dict(memory: Memory, now: datetime) -> dict[str, Any]:
+    """A message's thread fields and an event's, only when the memory has them."""
+    out: dict[str, Any] = {}
+    if memory.thread:
+        out.update(thread=memory.thread, speaker=memory.speaker, occurred_at=iso(memory.occurred_at),
+                   message_id=memory.message_id)
+    if memory.status or memory.event_at or memory.valid_until:
+        out.update(status=memory.status, event_at=iso(memory.event_at), valid_until=iso(memory.valid_until),
+                   inactive=inactive_reason(memory, now))
+    return out
+
+
+def neighbouring_turns(memory: Memory, count: int) -> dict[str, list[dict[str, Any]]]:
+    """The ``count`` turns before and after a message of a thread (speaker, time, content)."""
+    return {"before": [turn_to_dict(t) for t in turns_before(memory, count)],
+            "after": [turn_to_dict(t) for t in turns_after(memory, count)]}
 
 
 # --- public selectors ----------------------------------------------------------------------
@@ -232,14 +252,17 @@ def _matches(memory: Memory, memory_type: str | None, tags: Iterable[str] | None
 def memories_recall(
     *, query: str, namespace: str, collection: str | None, memory_type: str | None,
     tags: list[str] | None, limit: int, min_score: float, now: datetime | None = None,
+    include_inactive: bool = False,
 ) -> list[Scored]:
-    """Semantic recall gated by min_score; type/tags filters go deeper until limit is met."""
+    """Semantic recall gated by min_score; type/tags filters go deeper until limit is met.
+    Cancelled events and plans whose time has passed are left out unless ``include_inactive``."""
     now = now or timezone.now()
     depth = max(limit * 4, 20)
     while True:
         hits = semantic_hits(query, namespace=namespace, collection=collection, limit=depth, now=now)
         passing = [h for h in hits if (h.semantic or 0.0) >= min_score]
-        chosen = [h for h in _attach(passing, namespace=namespace, now=now) if _matches(h.memory, memory_type, tags)]
+        chosen = [h for h in _attach(passing, namespace=namespace, now=now) if _matches(h.memory, memory_type, tags)
+                  and (include_inactive or inactive_reason(h.memory, now) is None)]
         exhausted = len(hits) < depth or len(passing) < len(hits)
         if len(chosen) >= limit or exhausted:
             return chosen[:limit]

@@ -29,12 +29,13 @@ _SELECT = {
     # SQLite: the analyzed text FTS5 stores; PostgreSQL: the token arrays of memory_search
     # (tags already repeated there, so their column is empty).
     "sqlite": (
-        "SELECT f.memory_id, f.content, f.tags, m.namespace, m.collection, m.decay_eligible, m.expires_at "
+        "SELECT f.memory_id, f.content, f.tags, f.context, m.namespace, m.collection, m.decay_eligible, m.expires_at "
         "FROM memories_fts f JOIN memories m ON m.id = f.memory_id WHERE m.archived = %s",
         "f.memory_id",
     ),
     "postgresql": (
-        "SELECT s.memory_id, array_to_string(s.tokens, ' '), '', m.namespace, m.collection, m.decay_eligible, m.expires_at "
+        "SELECT s.memory_id, array_to_string(s.tokens, ' '), '', array_to_string(s.context_tokens, ' '), "
+        "m.namespace, m.collection, m.decay_eligible, m.expires_at "
         "FROM memory_search s JOIN memories m ON m.id = s.memory_id WHERE m.archived = %s",
         "s.memory_id",
     ),
@@ -42,8 +43,8 @@ _SELECT = {
 
 
 class TextIndex:
-    def __init__(self, k1: float, b: float, tag_weight: int) -> None:
-        self.k1, self.b, self.tag_weight = k1, b, tag_weight
+    def __init__(self, k1: float, b: float, tag_weight: int, context_weight: float = 0.0) -> None:
+        self.k1, self.b, self.tag_weight, self.context_weight = k1, b, tag_weight, context_weight
         self._lock = threading.RLock()
         self._loaded = False
         self._feed = FeedReader()
@@ -74,8 +75,9 @@ class TextIndex:
         with self._lock:
             return len(self._ids)
 
-    def _add(self, memory_id: str, content: str, tags: str, namespace: str, collection: str, until: float) -> None:
-        signature = hash((content, tags, namespace, collection))
+    def _add(self, memory_id: str, content: str, tags: str, context: str, namespace: str, collection: str,
+             until: float) -> None:
+        signature = hash((content, tags, context, namespace, collection))
         old = self._row_of.get(memory_id)
         if old is not None and self._alive[old] and self._sig[old] == signature:
             self._live[old] = until  # only the expiry moved (access tracking): update in place
@@ -85,9 +87,12 @@ class TextIndex:
             self._dead += 1
         row = len(self._ids)
         tokens = content.split() + tags.split() * self.tag_weight
-        counts: dict[str, int] = {}
+        counts: dict[str, float] = {}
         for token in tokens:
-            counts[token] = counts.get(token, 0) + 1
+            counts[token] = counts.get(token, 0.0) + 1.0
+        context_tokens = context.split() if self.context_weight else []
+        for token in context_tokens:  # BM25F: a context word adds a fraction of a term occurrence
+            counts[token] = counts.get(token, 0.0) + self.context_weight
         for term, tf in counts.items():
             rows, tfs = self._postings.setdefault(term, (array("i"), array("f")))
             rows.append(row)
@@ -97,7 +102,7 @@ class TextIndex:
         self._ns.append(self._code("n:" + namespace))
         self._coll.append(self._code("c:" + collection))
         self._live.append(until)
-        self._dl.append(len(tokens))
+        self._dl.append(len(tokens) + self.context_weight * len(context_tokens))
         self._alive.append(1)
         self._sig.append(signature)
 
@@ -108,9 +113,9 @@ class TextIndex:
             self._dead += 1
 
     def _ingest(self, rows: list[tuple]) -> None:
-        for memory_id, content, tags, namespace, collection, decay, expires in rows:
+        for memory_id, content, tags, context, namespace, collection, decay, expires in rows:
             until = expires.timestamp() if decay and expires is not None else _INF
-            self._add(memory_id, content, tags, namespace, collection, until)
+            self._add(memory_id, content, tags, context or "", namespace, collection, until)
 
     def _load(self) -> None:
         self._reset()
@@ -187,12 +192,12 @@ class TextIndex:
 def _typed(rows: list[tuple]) -> list[tuple]:
     """SQLite returns datetimes as text and booleans as ints through a raw cursor."""
     out = []
-    for raw_id, content, tags, namespace, collection, decay, expires in rows:
+    for raw_id, content, tags, context, namespace, collection, decay, expires in rows:
         if isinstance(expires, str):
             parsed = parse_datetime(expires)
             expires = parsed if parsed is None or parsed.tzinfo else make_aware(parsed, UTC)
         memory_id = str(raw_id) if isinstance(raw_id, uuid.UUID) else str(uuid.UUID(raw_id))
-        out.append((memory_id, content, tags, namespace, collection, bool(decay), expires))
+        out.append((memory_id, content, tags, context, namespace, collection, bool(decay), expires))
     return out
 
 
@@ -200,11 +205,11 @@ _index: TextIndex | None = None
 _index_lock = threading.Lock()
 
 
-def get_text_index(k1: float, b: float, tag_weight: int) -> TextIndex:
+def get_text_index(k1: float, b: float, tag_weight: int, context_weight: float = 0.0) -> TextIndex:
     global _index
     with _index_lock:
         if _index is None:
-            _index = TextIndex(k1, b, tag_weight)
+            _index = TextIndex(k1, b, tag_weight, context_weight)
         return _index
 
 

@@ -31,6 +31,9 @@ class HashEmbedder:
     def embed_passage(self, text: str) -> np.ndarray:
         return self._vector(text)
 
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        return np.vstack([self._vector(text) for text in texts]) if texts else np.zeros((0, self.dimensions), np.float32)
+
     def embed_query(self, text: str) -> np.ndarray:
         return self._vector(text)
 

@@ -15,13 +15,14 @@ ALICE = CallContext(actor="alice", principal=Principal(name="alice", namespaces=
 ALICE_READ_ONLY = CallContext(actor="alice", principal=Principal(name="ro", namespaces=frozenset({"alice"}), read_only=True))
 SEED_TOOLS = ("remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import",
               "backup", "repair")
+CONVERSATION_TOOLS = ("thread_append", "event", "handoff")
 
 
-def test_the_tools_are_exactly_the_seeds_and_every_operation_says_what_it_does() -> None:
-    assert tuple(op.name for op in registry.tools()) == SEED_TOOLS  # listed in the seed's order
+def test_the_tools_are_the_seeds_then_the_conversation_ones_and_every_operation_says_what_it_does() -> None:
+    assert tuple(op.name for op in registry.tools()) == SEED_TOOLS + CONVERSATION_TOOLS  # the seed's order first
     assert tuple(r.uri for r in registry.resources()) == (
-        "memory://list", "memory://inject", "category://list", "collection://list", "health://status",
-        "memory://{id}", "category://{name}", "collection://{name}")
+        "memory://list", "memory://inject", "memory://handoff", "category://list", "collection://list",
+        "health://status", "memory://{id}", "category://{name}", "collection://{name}")
     for name in (*SEED_TOOLS, "memories.list", "memories.get", "audit.list", "archive.list", "store.health"):
         operation = registry.get_operation(name)
         assert operation.description and operation.input_model.model_config["extra"] == "forbid"

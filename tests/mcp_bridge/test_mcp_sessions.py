@@ -18,8 +18,10 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.live_server import LiveServer, server_env
 
-TOOLS = {"remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import", "backup", "repair"}
-RESOURCES = {"memory://list", "memory://inject", "category://list", "collection://list", "health://status"}
+TOOLS = {"remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import", "backup", "repair",
+         "thread_append", "event", "handoff"}
+RESOURCES = {"memory://list", "memory://inject", "memory://handoff", "category://list", "collection://list",
+             "health://status"}
 TEMPLATES = {"memory://{id}", "category://{name}", "collection://{name}"}
 
 
