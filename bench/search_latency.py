@@ -68,6 +68,7 @@ MODES = ("fulltext", "semantic", "hybrid")
 LIMIT = 10
 WARMUP = 20
 REMEMBER_CALLS = 200
+APPEND_MESSAGES = 500  # messages appended with thread_append, in batches of 100
 BATCH = 2000
 MIN_WORDS, MAX_WORDS = 10, 30
 SENTENCES_PER_MEMORY = ((1, 0.35), (2, 0.45), (3, 0.20))  # (sentences joined, probability)
@@ -96,6 +97,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1234, help="seed of sentences, memories and questions")
     parser.add_argument("--sentences", type=int, default=3000, help="distinct embedded sentences; default 3000")
     parser.add_argument("--queries", type=int, default=200, help="timed questions per search mode; default 200")
+    parser.add_argument("--threaded-share", type=float, default=1 / 3,
+                        help="share of the bulk-loaded memories that are messages of threads; default 1/3 (0: none)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON")
     parser.add_argument(
         "--database-url", default=None, metavar="URL",
@@ -565,15 +568,32 @@ def row_builder(embedder: Embedder, now: datetime) -> Callable[[str, np.ndarray,
 
 
 def _insert_batch(rows: list[Memory]) -> None:
+    """Rows straight into the table, then the product's full-text indexer over the batch (a
+    threaded row gets its context from its neighbours: threads never span batches)."""
     from django.db import transaction
 
     from memories.models import Memory
-    from search.fulltext import index_memory
+    from search.fulltext import FullTextIndexer
 
     with transaction.atomic():
         Memory.objects.bulk_create(rows)
-        for row in rows:
-            index_memory(row)
+        FullTextIndexer().written(rows, None)
+
+
+THREAD_TURNS = 40  # messages a synthetic thread holds
+SPEAKERS = ("Ann", "Bob")
+
+
+def _threaded(rows: list[Memory], share: float, first: int) -> None:
+    """Make ``share`` of the batch messages of threads: contiguous runs of THREAD_TURNS turns,
+    each with a speaker and a time (what thread_append stores)."""
+    from datetime import timedelta
+
+    count = int(len(rows) * share) // THREAD_TURNS * THREAD_TURNS
+    for k, row in enumerate(rows[:count]):
+        number, turn = divmod(first + k, THREAD_TURNS)
+        row.thread, row.speaker = f"bench-thread-{number}", SPEAKERS[turn % 2]
+        row.occurred_at = row.created_at + timedelta(seconds=turn)
 
 
 def _ensure_collections(namespaces: Sequence[str], embedder: Embedder) -> None:
@@ -588,9 +608,10 @@ def _ensure_collections(namespaces: Sequence[str], embedder: Embedder) -> None:
 
 def bulk_load(
     size: int, namespaces: Sequence[str], sentences: Sequence[str], vectors: np.ndarray,
-    embedder: Embedder, seed: int,
+    embedder: Embedder, seed: int, threaded_share: float = 0.0,
 ) -> float:
-    """Insert ``size`` memories spread round-robin over ``namespaces``; returns the seconds taken."""
+    """Insert ``size`` memories spread round-robin over ``namespaces`` (``threaded_share`` of them
+    messages of threads); returns the seconds taken."""
     from django.utils import timezone
 
     rng = random.Random(seed * 1_000_003 + size)
@@ -598,10 +619,15 @@ def bulk_load(
     _ensure_collections(namespaces, embedder)
     build = row_builder(embedder, timezone.now())
     batch: list[Memory] = []
+    threaded = 0
     for i, combo in enumerate(memory_combinations(size, len(sentences), rng)):
         content = " ".join(sentences[j] for j in combo)
         batch.append(build(content, _unit_sum(vectors, combo), namespaces[i % len(namespaces)], rng))
         if len(batch) == BATCH or i + 1 == size:
+            for namespace in namespaces:  # a thread lives in one namespace
+                own = [row for row in batch if row.namespace == namespace]
+                _threaded(own, threaded_share, threaded)
+                threaded += int(len(own) * threaded_share) // THREAD_TURNS * THREAD_TURNS
             _insert_batch(batch)
             batch = []
             rate = (i + 1) / (time.perf_counter() - started)
@@ -762,6 +788,43 @@ def time_remembers(texts: Sequence[str], namespaces: Sequence[str]) -> Phase:
     return timed_phase("remember", len(texts), call, remember_steps())
 
 
+def time_messages(texts: Sequence[str], namespaces: Sequence[str]) -> Phase:
+    """Threaded remembers: each a new message at the end of one of the bulk-loaded threads."""
+    from django.utils import timezone
+
+    from memories.services import RememberInput, memory_remember
+
+    def call(i: int) -> str:
+        data = RememberInput(content=texts[i], namespace=namespaces[i % len(namespaces)], collection=COLLECTION,
+                             thread=f"bench-thread-{i % 10}", speaker=SPEAKERS[i % 2], message_id=f"bench-msg-{i}",
+                             occurred_at=timezone.now())
+        return memory_remember(data=data, actor=ACTOR).operation
+
+    return timed_phase("message", len(texts), call, remember_steps())
+
+
+def append_throughput(texts: Sequence[str], namespace: str, embedder: Embedder, batch: int = 100) -> dict[str, float]:
+    """thread_append in batches of ``batch`` messages against the model embedding the same passages."""
+    from memories.messages import thread_append
+    from memories.services import RememberInput
+    from memories.threads import embedding_text
+
+    passages = [embedding_text(text, texts[i - 1:i]) for i, text in enumerate(texts)]
+    t0 = time.perf_counter()
+    for start in range(0, len(passages), batch):
+        embedder.embed_passages(passages[start:start + batch])
+    model_rate = len(passages) / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    for start in range(0, len(texts), batch):
+        messages = [RememberInput(content=text, namespace=namespace, collection=COLLECTION, thread=f"append-{start}",
+                                  speaker=SPEAKERS[k % 2], message_id=f"append-{start + k}")
+                    for k, text in enumerate(texts[start:start + batch])]
+        thread_append(messages=messages, actor=ACTOR)
+    append_rate = len(texts) / (time.perf_counter() - t0)
+    return {"messages": len(texts), "batch": batch, "append_per_s": append_rate, "model_per_s": model_rate,
+            "ratio": append_rate / model_rate}
+
+
 def warm_up(mode: str, questions: Sequence[str], namespaces: Sequence[str]) -> None:
     for i, question in enumerate(questions):
         search_call(question, namespaces[i % len(namespaces)], mode)
@@ -792,6 +855,8 @@ class Workload:
     warmup_questions: list[str]
     questions: list[str]
     new_texts: list[str]
+    message_texts: list[str]
+    append_texts: list[str]
 
 
 def make_workload(args: argparse.Namespace, embedder: Embedder) -> tuple[Workload, SentenceVectors]:
@@ -799,7 +864,9 @@ def make_workload(args: argparse.Namespace, embedder: Embedder) -> tuple[Workloa
     vectors = sentence_vectors(sentences, args.seed, embedder)
     questions = make_questions(WARMUP + args.queries, random.Random(args.seed + 1))
     new_texts = make_sentences(REMEMBER_CALLS, random.Random(args.seed + 2), exclude=sentences)
-    workload = Workload(sentences, vectors.vectors, questions[:WARMUP], questions[WARMUP:], new_texts)
+    more = make_sentences(REMEMBER_CALLS + APPEND_MESSAGES, random.Random(args.seed + 3), exclude=[*sentences, *new_texts])
+    workload = Workload(sentences, vectors.vectors, questions[:WARMUP], questions[WARMUP:], new_texts,
+                        more[:REMEMBER_CALLS], more[REMEMBER_CALLS:])
     return workload, vectors
 
 
@@ -834,7 +901,7 @@ def run_size(size: int, args: argparse.Namespace, work: Workload, embedder: Embe
     namespaces = namespaces_for(size, args.namespaces)
     loadavg_start = load_average()
     print(f"[size {size}] bulk loading into {len(namespaces)} namespace(s)", file=sys.stderr)
-    load_s = bulk_load(size, namespaces, work.sentences, work.vectors, embedder, args.seed)
+    load_s = bulk_load(size, namespaces, work.sentences, work.vectors, embedder, args.seed, args.threaded_share)
     after_load = memory_snapshot()
     first = first_searches(work.warmup_questions[0], namespaces[0])
     after_index = memory_snapshot()
@@ -847,6 +914,11 @@ def run_size(size: int, args: argparse.Namespace, work: Workload, embedder: Embe
     agreement = sketch_agreement(work.questions, namespaces, embedder)
     print(f"[size {size}] remember: {len(work.new_texts)} calls", file=sys.stderr)
     phases["remember"] = time_remembers(work.new_texts, namespaces)
+    if args.threaded_share:
+        print(f"[size {size}] message (threaded remember): {len(work.message_texts)} calls", file=sys.stderr)
+        phases["message"] = time_messages(work.message_texts, namespaces)
+        print(f"[size {size}] thread_append: {len(work.append_texts)} messages", file=sys.stderr)
+        appended = append_throughput(work.append_texts, namespaces[0], embedder)
     return {
         "size": size,
         "namespaces": namespaces,
@@ -858,6 +930,8 @@ def run_size(size: int, args: argparse.Namespace, work: Workload, embedder: Embe
         "memory_after_load": asdict(after_load),
         "memory_after_index_load": asdict(after_index),
         "phases": {name: phase.summary() for name, phase in phases.items()},
+        "thread_append": appended if args.threaded_share else None,
+        "threaded_share": args.threaded_share,
         "store_end": live_count(),
         "memory_end": asdict(memory_snapshot()),
         "raw_latencies_ms": {name: [round(v, 4) for v in phase.latencies_ms] for name, phase in phases.items()},
@@ -930,7 +1004,12 @@ def print_size(result: dict[str, Any]) -> None:
     for name, s in result["phases"].items():
         cells = "  ".join(f"{step} {v['mean_ms']:.2f}/{v['p95_ms']:.2f}" for step, v in s["steps"].items())
         print(f"  {name:<10}{cells}")
-    print(f"  store at end: {result['store_end']} live memories (bulk load + remember ADDs)")
+    if result.get("thread_append"):
+        rates = result["thread_append"]
+        print(f"  thread_append: {rates['append_per_s']:.1f} messages/s in batches of {rates['batch']}; the model alone "
+              f"{rates['model_per_s']:.1f} passages/s on the same passages: {100 * rates['ratio']:.0f} %")
+    print(f"  store at end: {result['store_end']} live memories (bulk load, {100 * result['threaded_share']:.0f} % of it "
+          "threaded, + remember ADDs)")
     print()
 
 

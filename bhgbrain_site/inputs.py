@@ -33,7 +33,8 @@ Tags = Annotated[list[Tag], Field(max_length=MAX_TAGS)]
 Query = Annotated[str, StringConstraints(min_length=1, max_length=QUERY_MAX)]
 MemoryId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 Cursor = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-ThreadId = Annotated[str, StringConstraints(min_length=1, max_length=THREAD_MAX)]
+# a thread id: the client's, any text but "/" (it is a REST path segment) and control characters
+ThreadId = Annotated[str, StringConstraints(pattern=rf"^[^/\x00-\x1f\x7f]{{1,{THREAD_MAX}}}$")]
 Speaker = Annotated[str, StringConstraints(min_length=1, max_length=SPEAKER_MAX)]
 MessageId = Annotated[str, StringConstraints(min_length=1, max_length=MESSAGE_ID_MAX)]
 

@@ -9,7 +9,7 @@ from rest_framework.routers import SimpleRouter
 
 from bhgbrain_site import http
 from categories.api import CategoryViewSet
-from memories.api import AuditViewSet, CollectionViewSet, MemoryViewSet
+from memories.api import AuditViewSet, CollectionViewSet, MemoryViewSet, ThreadViewSet
 from retention.api import ArchiveViewSet, BackupViewSet
 from search.api import RecallViewSet, SearchViewSet
 
@@ -17,6 +17,7 @@ router = SimpleRouter()
 router.register("memories", MemoryViewSet, basename="memories")
 router.register("collections", CollectionViewSet, basename="collections")
 router.register("audit", AuditViewSet, basename="audit")
+router.register("threads", ThreadViewSet, basename="threads")
 router.register("archive", ArchiveViewSet, basename="archive")
 router.register("backups", BackupViewSet, basename="backups")
 router.register("search", SearchViewSet, basename="search")

@@ -1,17 +1,25 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
 
 from bhgbrain_site.admin_base import ReadOnlyAdmin
 from bhgbrain_site.contracts import is_namespace
 from bhgbrain_site.errors import DomainError
-from memories.curation import EDITABLE_FIELDS, memory_edit, memory_edit_check
+from memories.curation import EDITABLE_FIELDS, EVENT_FIELDS, memory_edit, memory_edit_check, memory_set_event
 from memories.models import ApiToken, AuditLog, Collection, Memory, MemoryRevision
 from memories.services import memory_forget
+from memories.threads import contexts, thread_turns
 from memories.tokens import token_change, token_create
+
+THREAD_VIEW_MAX = 1000  # turns the admin's thread view shows
 
 
 class MemoryForm(forms.ModelForm):
@@ -35,21 +43,55 @@ class MemoryForm(forms.ModelForm):
 @admin.register(Memory)
 class MemoryAdmin(admin.ModelAdmin):
     form = MemoryForm
-    list_display = ("summary", "namespace", "collection", "type", "retention_tier", "expires_at", "access_count", "vector_synced")
-    list_filter = ("retention_tier", "type", "source", "archived", "vector_synced", "namespace")
-    search_fields = ("summary", "content", "id")
+    list_display = ("summary", "namespace", "collection", "type", "retention_tier", "expires_at", "access_count",
+                    "vector_synced", "thread_link")
+    list_filter = ("retention_tier", "type", "source", "archived", "vector_synced", "status", "namespace")
+    search_fields = ("summary", "content", "id", "thread", "message_id")
     readonly_fields = ("id", "namespace", "summary", "checksum", "source", "expires_at", "decay_eligible", "review_due",
                        "created_at", "updated_at", "access_count", "last_accessed", "last_operation", "merged_from",
-                       "vector_synced", "device_id", "embedding_model", "archived", "stale")
-    exclude = ("embedding",)
+                       "vector_synced", "device_id", "embedding_model", "archived", "stale", "thread_link", "speaker",
+                       "occurred_at", "message_id", "conversation_context")
+    exclude = ("embedding", "thread")
+
+    @admin.display(description="thread")
+    def thread_link(self, obj: Memory) -> str:
+        if not obj.thread:
+            return "—"
+        url = reverse("admin:memories_memory_thread") + "?" + urlencode({"namespace": obj.namespace, "thread": obj.thread})
+        return format_html('<a href="{}">{}</a>', url, obj.thread)
+
+    @admin.display(description="context (indexed with it)")
+    def conversation_context(self, obj: Memory) -> str:
+        if not obj.thread:
+            return "—"
+        return contexts([obj]).get(str(obj.id), "") or "—"
+
+    def get_urls(self) -> list[Any]:
+        thread = path("thread/", self.admin_site.admin_view(self.thread_view), name="memories_memory_thread")
+        return [thread, *super().get_urls()]
+
+    def thread_view(self, request: HttpRequest) -> HttpResponse:
+        """A thread's transcript in order, each turn linked to its memory and shown with its context."""
+        namespace, thread = request.GET.get("namespace", ""), request.GET.get("thread", "")
+        turns = list(thread_turns(namespace, thread).defer("embedding")[:THREAD_VIEW_MAX])
+        indexed = contexts(turns)
+        rows = [{"memory": t, "context": indexed.get(str(t.id), "")} for t in turns]
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": f"Thread {thread}",
+                   "namespace": namespace, "thread": thread, "rows": rows, "cut": len(turns) >= THREAD_VIEW_MAX}
+        return TemplateResponse(request, "admin/memories/thread.html", context)
 
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001 - Django admin API
-        """Edits go through the service: re-normalised, re-embedded, re-indexed, audited."""
+        """Edits go through the services: re-normalised, re-embedded, re-indexed, audited; event
+        fields through memory_set_event."""
         if not change:
             raise PermissionError("create memories with the remember tool")
+        actor = f"admin:{request.user.get_username()}"
         changes = {field: form.cleaned_data[field] for field in form.changed_data if field in EDITABLE_FIELDS}
         if changes:
-            memory_edit(memory_id=str(obj.pk), changes=changes, actor=f"admin:{request.user.get_username()}")
+            memory_edit(memory_id=str(obj.pk), changes=changes, actor=actor)
+        events = {field: form.cleaned_data[field] for field in form.changed_data if field in EVENT_FIELDS}
+        if events:
+            memory_set_event(memory_id=str(obj.pk), namespace=obj.namespace, changes=events, actor=actor)
 
     def has_add_permission(self, request) -> bool:  # noqa: ANN001
         return False

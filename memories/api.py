@@ -84,3 +84,32 @@ class AuditViewSet(OperationViewSet):
     def list(self, request: Request) -> Response:
         """Recent audit entries of a namespace, newest first."""
         return self.run("audit.list", self.query("namespace", "limit", "operation", "memory_id"), coerce=True)
+
+
+THREAD = OpenApiParameter("thread", str, OpenApiParameter.PATH, description="the thread's id (yours; no \"/\")")
+
+
+class ThreadViewSet(OperationViewSet):
+    lookup_url_kwarg = "thread"
+    lookup_value_regex = "[^/]+"
+
+    @extend_schema(parameters=[NAMESPACE, OpenApiParameter("limit", int, description="1–100 (default 20)")],
+                   responses=OpenApiTypes.OBJECT, operation_id="threads_list")
+    def list(self, request: Request) -> Response:
+        """The conversation threads of a namespace, most recently active first."""
+        return self.run("threads.list", self.query("namespace", "limit"), coerce=True)
+
+    @extend_schema(parameters=[THREAD, NAMESPACE, CURSOR, OpenApiParameter("limit", int, description="1–500 (default 100)")],
+                   responses=OpenApiTypes.OBJECT, operation_id="threads_retrieve")
+    def retrieve(self, request: Request, thread: str) -> Response:
+        """A thread's transcript in conversation order."""
+        return self.run("threads.get", {**self.query("namespace", "limit", "cursor"), "thread": thread}, coerce=True)
+
+    @extend_schema(parameters=[THREAD], request=input_model("thread_append"), responses={201: OpenApiTypes.OBJECT},
+                   operation_id="threads_messages_create")
+    @action(detail=True, methods=["post"])
+    def messages(self, request: Request, thread: str) -> Response:
+        """Append up to 500 messages ({"messages": [{"content", "speaker", "occurred_at", "message_id"}, …]})."""
+        response = self.run("thread_append", {**self.body(), "thread": thread})
+        response.status_code = 201 if response.data["added"] else 200
+        return response

@@ -104,12 +104,16 @@ def _open_items(namespace: str, now: datetime) -> list[str]:
 
 
 def _topics(turns: Sequence[Memory]) -> list[str]:
-    """Words several recent turns share (counted once a turn; names of speakers and short words left out)."""
+    """The words the recent turns keep coming back to: most turns first, then the most recent
+    (each counted once a turn; speakers' names, numbers and short words left out)."""
     speakers = {w for t in turns if t.speaker for w in words(t.speaker)}
     counts: Counter[str] = Counter()
-    for turn in turns:
-        counts.update({w for w in words(turn.content) if len(w) > 3 and not w.isdigit() and w not in speakers})
-    ranked = [w for w, n in counts.most_common() if n > 1][:TOPICS]
+    latest: dict[str, int] = {}
+    for position, turn in enumerate(turns):
+        found = {w for w in words(turn.content) if len(w) > 3 and not w.isdigit() and w not in speakers}
+        counts.update(found)
+        latest.update(dict.fromkeys(found, position))
+    ranked = sorted(counts, key=lambda w: (-counts[w], -latest[w], w))[:TOPICS]
     return [", ".join(ranked)] if ranked else []
 
 

@@ -127,3 +127,27 @@ def test_schemathesis_finds_no_server_error(api: LiveServer) -> None:
     assert operations >= 20  # the schema really lists the API
     assert f"Tested: {operations}" in proc.stdout, proc.stdout[-4000:]  # every operation of the schema was fuzzed
     assert " passed" in proc.stdout and "Rate limited" not in proc.stdout
+
+
+def test_threads_append_list_and_transcript(api: LiveServer) -> None:
+    url = api.url + "/api/threads"
+    messages = [{"speaker": "Ann", "content": f"turn number {i}", "message_id": f"r-{i}",
+                 "occurred_at": f"2024-01-01T10:0{i}:00Z"} for i in range(3)]
+    created = httpx.post(f"{url}/standup/messages/", json={"namespace": "rest-chat", "messages": messages})
+    assert created.status_code == 201 and created.json()["added"] == 3
+    again = httpx.post(f"{url}/standup/messages/", json={"namespace": "rest-chat", "messages": messages})
+    assert again.status_code == 200 and again.json()["noop"] == 3
+    listing = httpx.get(f"{url}/", params={"namespace": "rest-chat"}).json()["threads"]
+    assert listing == [{"thread": "standup", "messages": 3, "first_at": "2024-01-01T10:00:00Z",
+                        "last_at": "2024-01-01T10:02:00Z", "speakers": ["Ann"]}]
+    page = httpx.get(f"{url}/standup/", params={"namespace": "rest-chat", "limit": 2}).json()
+    assert [m["content"] for m in page["messages"]] == ["turn number 0", "turn number 1"] and page["cursor"] == "2"
+    rest = httpx.get(f"{url}/standup/", params={"namespace": "rest-chat", "cursor": page["cursor"]}).json()
+    assert [m["content"] for m in rest["messages"]] == ["turn number 2"] and rest["cursor"] is None
+    missing = httpx.get(f"{url}/nobody/", params={"namespace": "rest-chat"})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "NOT_FOUND"
+    too_many = httpx.post(f"{url}/standup/messages/", json={"messages": [{"content": "x"}] * 501})
+    assert too_many.status_code == 400 and too_many.json()["error"]["code"] == "INVALID_INPUT"
+    remembered = httpx.post(api.url + "/api/memories/", json={"content": "turn number 9", "namespace": "rest-chat",
+                                                              "thread": "standup", "message_id": "r-9"})
+    assert remembered.status_code == 201

@@ -206,3 +206,72 @@ def test_started_as_claude_desktop_would_remember_and_recall(tmp_path: Path) -> 
     assert seen["stored"].structured_content["operation"] == "ADD"
     assert seen["recalled"].structured_content["results"][0]["id"] == seen["stored"].structured_content["id"]
     assert (tmp_path / ".bhgbrain" / "config.json").exists()  # first run created the default config
+
+
+CHAT = [
+    {"speaker": "Bob", "content": "Did you try the new ramen place on Rua Augusta?", "message_id": "c-1",
+     "occurred_at": "2024-03-01T12:00:00Z"},
+    {"speaker": "Ann", "content": "Yes, went there last Friday with my sister.", "message_id": "c-2",
+     "occurred_at": "2024-03-01T12:01:00Z"},
+    {"speaker": "Bob", "content": "How was the broth?", "message_id": "c-3", "occurred_at": "2024-03-01T12:02:00Z"},
+    {"speaker": "Ann", "content": "Rich and smoky, I prefer it to the one near the office.", "message_id": "c-4",
+     "occurred_at": "2024-03-01T12:03:00Z"},
+]
+
+
+async def _conversation(session: ClientSession) -> dict[str, Any]:
+    await session.initialize()
+    seen: dict[str, Any] = {}
+    appended = await session.call_tool("thread_append", {"thread": "lunch", "namespace": "chat", "messages": CHAT})
+    seen["appended"] = appended.structured_content
+    seen["recalled"] = (await session.call_tool("recall", {
+        "query": "where did Ann go with her sister?", "namespace": "chat", "with_context": 1, "min_score": 0.0,
+    })).structured_content
+    seen["small_talk"] = (await session.call_tool("recall", {"query": "haha thanks!", "namespace": "chat",
+                                                             "gate": True})).structured_content
+    seen["handoff"] = json.loads((await session.read_resource("memory://handoff?namespace=chat&thread=lunch"))
+                                 .contents[0].text)
+    return seen
+
+
+def _resend(session_factory: Callable[[], Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
+    async def run() -> dict[str, Any]:
+        async with session_factory() as streams:
+            async with ClientSession(streams[0], streams[1]) as client:
+                await client.initialize()
+                again = await client.call_tool("remember", {"thread": "lunch", "namespace": "chat", **CHAT[1]})
+                return {"again": again.structured_content}
+
+    return run
+
+
+def test_a_conversation_over_mcp_and_a_resent_message_after_a_restart(tmp_path: Path) -> None:
+    live = LiveServer(home=tmp_path).start()
+    try:
+        async def session() -> dict[str, Any]:
+            async with streamable_http_client(live.url + "/mcp") as streams:
+                async with ClientSession(streams[0], streams[1]) as client:
+                    return await _conversation(client)
+
+        seen = _run(session)
+    finally:
+        live.stop()
+    assert seen["appended"]["added"] == 4 and seen["appended"]["noop"] == 0
+    ids = [r["id"] for r in seen["appended"]["results"]]
+    hits = {r["id"]: r for r in seen["recalled"]["results"][:2]}
+    assert ids[1] in hits  # the turn that answers, or the one right after it, comes first
+    hit = hits[ids[1]]
+    assert hit["thread"] == "lunch" and hit["speaker"] == "Ann" and hit["occurred_at"] == "2024-03-01T12:01:00Z"
+    assert [t["content"] for t in hit["context"]["before"]] == [CHAT[0]["content"]]
+    assert [t["content"] for t in hit["context"]["after"]] == [CHAT[2]["content"]]
+    assert seen["small_talk"] == {"results": [], "meta": {"skipped": "laughter"}}
+    pack = seen["handoff"]
+    assert "## Last turns" in pack["content"] and "Ann: Rich and smoky" in pack["content"] and pack["chars"] <= 1500
+    assert "I prefer it to the one near the office" in pack["content"].split("## Preferences")[1]
+
+    restarted = LiveServer(home=tmp_path, port=live.port).start()  # same store, new process
+    try:
+        again = _run(_resend(lambda: streamable_http_client(restarted.url + "/mcp")))["again"]
+    finally:
+        restarted.stop()
+    assert (again["operation"], again["id"]) == ("NOOP", ids[1])
