@@ -105,11 +105,12 @@ def message_remember(*, data: RememberInput, actor: str) -> RememberResult:
 # --------------------------------------------------------------------------- batch append
 
 
-def _ordered(messages: Sequence[RememberInput], now: datetime) -> list[RememberInput]:
-    """Every message gets its time (default: now, in the order given), then conversation order."""
-    timed = [dataclasses.replace(m, occurred_at=m.occurred_at or now + timedelta(microseconds=i))
+def _ordered(messages: Sequence[RememberInput], now: datetime) -> list[tuple[int, RememberInput]]:
+    """Every message gets its time (default: now, in the order given), then conversation order
+    (each with its place in the call, which the results keep)."""
+    timed = [(i, dataclasses.replace(m, occurred_at=m.occurred_at or now + timedelta(microseconds=i)))
              for i, m in enumerate(messages)]
-    return sorted(timed, key=lambda m: m.occurred_at)
+    return sorted(timed, key=lambda pair: (pair[1].occurred_at, pair[0]))
 
 
 def _embed_batch(texts: list[str]) -> tuple[list[np.ndarray | None], Embedder | None]:
@@ -167,6 +168,7 @@ def _plan(prepared: list[Prepared]) -> tuple[list[tuple[Prepared, Memory | None,
 
 
 def _outcome(plan: list[tuple[Prepared, Memory | None, int]], rows: list[Memory]) -> list[dict[str, str | None]]:
+    """One result a message, in conversation order (the caller puts them back in its own order)."""
     out, used = [], set()
     for prep, stored, index in plan:
         if stored is not None:
@@ -180,10 +182,12 @@ def _outcome(plan: list[tuple[Prepared, Memory | None, int]], rows: list[Memory]
 
 def thread_append(*, messages: Sequence[RememberInput], actor: str) -> list[dict[str, str | None]]:
     """Append messages of a thread: embedded in one batch, written in one transaction; each is
-    ADD, or NOOP with the existing id when it was stored already (a re-sent batch is all NOOP)."""
+    ADD, or NOOP with the existing id when it was stored already (a re-sent batch is all NOOP).
+    The results are in the order the messages were given."""
     for attempt in range(2):
         now = timezone.now()
-        plan, fresh = _plan([prepare(m) for m in _ordered(messages, now)])
+        ordered = _ordered(messages, now)
+        plan, fresh = _plan([prepare(m) for _, m in ordered])
         rows = _new_rows(fresh, now) if fresh else []
         try:
             if rows:
@@ -194,5 +198,8 @@ def thread_append(*, messages: Sequence[RememberInput], actor: str) -> list[dict
             if attempt:
                 raise
             continue
-        return _outcome(plan, rows)
+        results: list[dict[str, str | None]] = [{}] * len(messages)
+        for (position, _message), outcome in zip(ordered, _outcome(plan, rows), strict=True):
+            results[position] = outcome
+        return results
     raise AssertionError("unreachable")

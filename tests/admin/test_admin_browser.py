@@ -420,3 +420,42 @@ def test_api_token_add_form_offers_no_revoked_box_and_revoking_later_stops_the_t
     assert ApiToken.objects.get().revoked
     assert tokens.principal_for("Bearer " + plain) is None
     assert AuditLog.objects.get(operation="TOKEN_REVOKE").client_id == f"admin:{USERNAME}"
+
+
+# --------------------------------------------------------------------------- conversation threads
+
+
+def test_thread_view_shows_the_transcript_in_order_with_links_and_context(page: Page, live_server, curator: User,
+                                                                        hash_embedder) -> None:
+    from datetime import UTC, datetime
+
+    from memories.messages import thread_append
+    from memories.writing import RememberInput
+
+    start = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
+    lines = [("Bob", "Did you book the flights?"), ("Ann", "Yes, we leave on the 14th."), ("Bob", "Great, thanks.")]
+    batch = [RememberInput(content=text, namespace="global", collection="general", thread="trip", speaker=speaker,
+                           message_id=f"m{i}", occurred_at=start + timedelta(minutes=10 - i))  # sent newest first
+             for i, (speaker, text) in enumerate(lines)]
+    ids = [r["id"] for r in thread_append(messages=batch, actor="test")]
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}/admin/memories/memory/{ids[1]}/change/")
+    expect(page.locator(".field-conversation_context")).to_contain_text("Did you book the flights?")
+    page.locator(".field-thread_link a").click()
+    rows = page.locator("#thread-transcript tbody tr.turn")
+    expect(rows).to_have_count(3)
+    assert [rows.nth(i).get_attribute("data-id") for i in range(3)] == ids[::-1]  # conversation order: by time
+    expect(rows.nth(0)).to_contain_text("Great, thanks.")
+    rows.nth(2).get_by_role("link").click()
+    expect(page).to_have_url(re.compile(rf"/admin/memories/memory/{ids[0]}/change/$"))
+
+
+def test_event_status_edited_in_the_admin_goes_through_the_service(page: Page, live_server, curator: User,
+                                                                 hash_embedder) -> None:
+    memory = remember("Team offsite in Porto", status="planned")
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}/admin/memories/memory/{memory.id}/change/")
+    page.select_option("#id_status", "cancelled")
+    assert save(page).status == 302
+    assert Memory.objects.get(pk=memory.id).status == "cancelled"
+    assert AuditLog.objects.get(operation="EVENT", memory_id=memory.id).client_id == f"admin:{USERNAME}"

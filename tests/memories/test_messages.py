@@ -174,3 +174,12 @@ def test_events_cancelled_or_past_leave_recall_but_search_marks_them(hash_embedd
     assert AuditLog.objects.get(operation="EVENT", memory_id=cancelled).details["before"] == {"status": "planned"}
     done = call("event", {"id": past, "status": "done", "clear": ["event_at"]}, CLI)
     assert (done["status"], done["event_at"], done["inactive"]) == ("done", None, None)
+
+
+def test_thread_append_results_follow_the_order_the_messages_were_given(hash_embedder) -> None:
+    batch = [RememberInput(content=f"said at minute {m}", namespace="chat", collection="general", thread="s3",
+                           message_id=f"y{m}", occurred_at=T0 + timedelta(minutes=m)) for m in (3, 1, 2)]
+    results = thread_append(messages=batch, actor="test")
+    stored = {str(m.id): m.content for m in Memory.objects.all()}
+    assert [stored[r["id"]] for r in results] == ["said at minute 3", "said at minute 1", "said at minute 2"]
+    assert [t.content for t in threads.thread_turns("chat", "s3")] == [f"said at minute {m}" for m in (1, 2, 3)]
