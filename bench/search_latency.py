@@ -803,6 +803,17 @@ def time_messages(texts: Sequence[str], namespaces: Sequence[str]) -> Phase:
     return timed_phase("message", len(texts), call, remember_steps())
 
 
+def time_handoffs(namespaces: Sequence[str], calls: int = 100) -> Phase:
+    """The hand-off pack of a bulk-loaded thread (profile, last turns, open items, topics, preferences)."""
+    from search.handoff import handoff_pack
+
+    def call(i: int) -> str:
+        pack = handoff_pack(namespace=namespaces[i % len(namespaces)], thread=f"bench-thread-{i % 10}")
+        return f"sections_{sum(1 for n in pack['sections'].values() if n)}"
+
+    return timed_phase("handoff", calls, call, [])
+
+
 def append_throughput(texts: Sequence[str], namespace: str, embedder: Embedder, batch: int = 100) -> dict[str, float]:
     """thread_append in batches of ``batch`` messages against the model embedding the same passages."""
     from memories.messages import thread_append
@@ -917,6 +928,7 @@ def run_size(size: int, args: argparse.Namespace, work: Workload, embedder: Embe
     if args.threaded_share:
         print(f"[size {size}] message (threaded remember): {len(work.message_texts)} calls", file=sys.stderr)
         phases["message"] = time_messages(work.message_texts, namespaces)
+        phases["handoff"] = time_handoffs(namespaces)
         print(f"[size {size}] thread_append: {len(work.append_texts)} messages", file=sys.stderr)
         appended = append_throughput(work.append_texts, namespaces[0], embedder)
     return {

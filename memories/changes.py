@@ -179,9 +179,12 @@ def memory_saved(memory: Memory, *, audit: Audit | None, at: datetime, insert: b
         memory.save(force_insert=True)
     else:
         memory.save(update_fields=sorted(changed) if changed is not None else None)
-    _index_written([memory], changed)
     if memory.thread and (changed is None or changed & THREAD_FIELDS):
-        _neighbours_changed(threads.affected_turns(memory))
+        with threads.known_window(memory):  # one read of the turns around it serves every context below
+            _index_written([memory], changed)
+            _neighbours_changed(threads.affected_turns(memory))
+    else:
+        _index_written([memory], changed)
     if audit is not None:
         _audit_rows([memory], lambda _m: audit, at)
     if changed is not None and not changed & INDEXED_FIELDS:

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
-from bhgbrain_site.contracts import COLLECTION_MAX, MAX_TAGS, NAMESPACE_MAX
+from bhgbrain_site.contracts import (
+    COLLECTION_MAX,
+    EVENT_STATUSES,
+    MAX_TAGS,
+    MESSAGE_ID_MAX,
+    NAMESPACE_MAX,
+    SPEAKER_MAX,
+    THREAD_MAX,
+)
 
 
 def choice_or(value: Any, allowed: Iterable[str], default: str) -> str:
@@ -73,6 +81,20 @@ def count(value: Any) -> int:
         return max(0, int(value))
     except (TypeError, ValueError):
         return 0
+
+
+def conversation(get: Callable[[str], Any]) -> dict[str, Any]:
+    """A memory's conversation and event fields from foreign data (``get(key)`` → its value or None)."""
+    def text(key: str, limit: int) -> str | None:
+        value = get(key)
+        return str(value)[:limit] if value else None
+
+    return {
+        "thread": text("thread", THREAD_MAX), "speaker": text("speaker", SPEAKER_MAX),
+        "message_id": text("message_id", MESSAGE_ID_MAX), "occurred_at": when(get("occurred_at")),
+        "event_at": when(get("event_at")), "valid_until": when(get("valid_until")),
+        "status": get("status") if get("status") in EVENT_STATUSES else None,
+    }
 
 
 def namespace(value: Any) -> str:

@@ -36,8 +36,27 @@ class Operation(models.TextChoices):
     NOOP = "NOOP"
 
 
-class Memory(models.Model):
-    """One memory: the seed's MemoryRecord plus its stored embedding."""
+class ConversationFields(models.Model):
+    """A message of a thread and an event's validity: on live and on archived memories alike."""
+
+    thread = models.CharField(max_length=THREAD_MAX, null=True, blank=True)
+    speaker = models.CharField(max_length=SPEAKER_MAX, null=True, blank=True)
+    occurred_at = models.DateTimeField(null=True, blank=True)
+    message_id = models.CharField(max_length=MESSAGE_ID_MAX, null=True, blank=True)
+    event_at = models.DateTimeField(null=True, blank=True)
+    valid_until = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=EventStatus.choices, null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+CONVERSATION_FIELDS = ("thread", "speaker", "occurred_at", "message_id", "event_at", "valid_until", "status")
+
+
+class Memory(ConversationFields):
+    """One memory: the seed's MemoryRecord plus its stored embedding; with a ``thread``, one
+    message of a conversation (an event, never merged)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     namespace = models.CharField(max_length=NAMESPACE_MAX)
@@ -64,15 +83,6 @@ class Memory(models.Model):
     device_id = models.CharField(max_length=DEVICE_ID_MAX, null=True, blank=True)
     embedding = models.BinaryField(null=True, blank=True, editable=False)
     embedding_model = models.CharField(max_length=200, blank=True, default="")
-    # Conversation memory: a threaded memory is one message of a conversation (an event, never merged)
-    thread = models.CharField(max_length=THREAD_MAX, null=True, blank=True)
-    speaker = models.CharField(max_length=SPEAKER_MAX, null=True, blank=True)
-    occurred_at = models.DateTimeField(null=True, blank=True)
-    message_id = models.CharField(max_length=MESSAGE_ID_MAX, null=True, blank=True)
-    # Event validity: a plan, done or cancelled; inactive events leave recall and inject
-    event_at = models.DateTimeField(null=True, blank=True)
-    valid_until = models.DateTimeField(null=True, blank=True)
-    status = models.CharField(max_length=16, choices=EventStatus.choices, null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

@@ -38,7 +38,6 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from bhgbrain_site.config import QdrantConfig
-from bhgbrain_site.contracts import EVENT_STATUSES, MESSAGE_ID_MAX, SPEAKER_MAX, THREAD_MAX
 from memories import foreign, normalize
 from memories.embeddings import from_bytes, to_bytes
 from memories.models import Memory, MemorySource, MemoryType, Operation, RetentionTier, VectorChange, VectorIndexCursor
@@ -101,21 +100,8 @@ def memory_from_point(point: StoredPoint, model_id: str, dimensions: int) -> Mem
         embedding=to_bytes(np.asarray(point.vector, dtype=np.float32)) if synced else None,
         embedding_model=model_id if synced else "", vector_synced=synced,
         created_at=foreign.when(payload.get("created_at")) or now, updated_at=now,
-        **_conversation_fields(payload),
+        **foreign.conversation(payload.get),
     )
-
-
-def _conversation_fields(payload: dict[str, Any]) -> dict[str, Any]:
-    def text(key: str, limit: int) -> str | None:
-        value = payload.get(key)
-        return str(value)[:limit] if value else None
-
-    return {
-        "thread": text("thread", THREAD_MAX), "speaker": text("speaker", SPEAKER_MAX),
-        "message_id": text("message_id", MESSAGE_ID_MAX), "occurred_at": foreign.when(payload.get("occurred_at")),
-        "event_at": foreign.when(payload.get("event_at")), "valid_until": foreign.when(payload.get("valid_until")),
-        "status": payload.get("status") if payload.get("status") in EVENT_STATUSES else None,
-    }
 
 
 def _stored(point: Any) -> StoredPoint:

@@ -15,8 +15,10 @@ half (bench/retrieval.py --threads; docs/retrieval.md).
 """
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from datetime import datetime
 
 from django.db.models import Q, QuerySet
@@ -27,7 +29,7 @@ CONTEXT_BEFORE = 2  # turns before a message in its full-text context
 CONTEXT_AFTER = 2  # turns after it
 EMBED_BEFORE = 1  # turns before it in the passage its vector is computed over
 ORDER = ("occurred_at", "created_at", "id")
-_FIELDS = ("id", "namespace", "thread", "content", "speaker", "occurred_at", "created_at")
+_FIELDS = ("id", "namespace", "thread", "content", "tags", "speaker", "occurred_at", "created_at", "archived", "message_id")
 
 
 def _key(memory: Memory) -> tuple[datetime, datetime, str]:
@@ -68,8 +70,41 @@ def turns_after(memory: Memory, count: int) -> list[Memory]:
     return list(rows[:count])
 
 
+RADIUS = CONTEXT_BEFORE + CONTEXT_AFTER  # turns each side from which a write's contexts can all be computed
+_window: ContextVar[tuple[list[Memory], bool, bool] | None] = ContextVar("thread_window", default=None)
+
+
+@contextlib.contextmanager
+def known_window(memory: Memory) -> Iterator[None]:
+    """Read the RADIUS turns on each side of ``memory`` once; inside the block, :func:`contexts`
+    and :func:`affected_turns` take what they need from them instead of querying again."""
+    before, after = turns_before(memory, RADIUS), turns_after(memory, RADIUS)
+    token = _window.set(([*before, memory, *after], len(before) < RADIUS, len(after) < RADIUS))
+    try:
+        yield
+    finally:
+        _window.reset(token)
+
+
+def _in_window(memory: Memory, before: int, after: int) -> tuple[list[Memory], list[Memory]] | None:
+    """``before`` and ``after`` turns around ``memory`` from the known window, if it holds them all."""
+    state = _window.get()
+    if state is None:
+        return None
+    turns, starts_thread, ends_thread = state
+    position = next((i for i, turn in enumerate(turns) if turn.pk == memory.pk), None)
+    if position is None or (position - before < 0 and not starts_thread):
+        return None
+    if position + after >= len(turns) and not ends_thread:
+        return None
+    return turns[max(0, position - before):position], turns[position + 1:position + 1 + after]
+
+
 def affected_turns(memory: Memory) -> list[Memory]:
     """The other turns whose context window holds ``memory`` (they need their context again)."""
+    known = _in_window(memory, CONTEXT_AFTER, CONTEXT_BEFORE)
+    if known is not None:
+        return [*known[0], *known[1]]
     return [*turns_before(memory, CONTEXT_AFTER), *turns_after(memory, CONTEXT_BEFORE)]
 
 
@@ -100,6 +135,9 @@ def contexts(memories: Iterable[Memory]) -> dict[str, str]:
 
 def _group_contexts(group: list[Memory]) -> dict[str, str]:
     """Contexts of several memories of one thread: one range read instead of two queries each."""
+    known = [(m, _in_window(m, CONTEXT_BEFORE, CONTEXT_AFTER)) for m in group]
+    if all(window is not None for _, window in known):
+        return {str(m.id): context_text(m, *window) for m, window in known}
     if len(group) == 1:
         memory = group[0]
         return {str(memory.id): context_text(memory, turns_before(memory, CONTEXT_BEFORE),

@@ -18,10 +18,9 @@ from bhgbrain_site.contracts import TIERS
 from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
 from memories import changes, tiers
 from memories.embeddings import get_embedder, to_bytes
-from memories.models import Memory, Operation
+from memories.models import CONVERSATION_FIELDS, Memory, Operation
 from memories.selectors import iso
 from memories.text import analyze_query
-from retention.cleanup import CARRIED_FIELDS
 from retention.models import ArchivedMemory
 
 
@@ -108,7 +107,7 @@ def archive_restore(*, memory_id: str, namespace: str, actor: str, tier: str = "
             decay_eligible=meta.decay_eligible, review_due=meta.review_due, access_count=item.access_count,
             last_accessed=item.last_accessed, last_operation=Operation.ADD, device_id=item.device_id,
             embedding=embedding, embedding_model=model, vector_synced=synced, created_at=item.created_at,
-            updated_at=now, **{name: getattr(item, name) for name in CARRIED_FIELDS},
+            updated_at=now, **{name: getattr(item, name) for name in CONVERSATION_FIELDS},
         )
         audit = changes.Audit("RESTORE_ARCHIVE", actor,
                               {"tier": tier, "archived_tier": item.tier, "expired_at": iso(item.expired_at)})

@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from bhgbrain_site.contracts import EVENT_STATUSES, MESSAGE_ID_MAX, SPEAKER_MAX, SUMMARY_MAX, THREAD_MAX
+from bhgbrain_site.contracts import SUMMARY_MAX
 from bhgbrain_site.errors import InvalidInput, NotFound
 from categories.models import Category, CategoryRevision
 from memories import changes, foreign
@@ -131,22 +131,8 @@ def _memory_from(row: sqlite3.Row, now: datetime, model_id: str | None) -> Memor
         embedding_model=embedding_model if embedding is not None else "",
         vector_synced=embedding is not None and embedding_model == model_id,
         created_at=foreign.when(_get(row, "created_at"), now), updated_at=foreign.when(_get(row, "updated_at"), now),
-        **_conversation(row),
+        **foreign.conversation(lambda key: _get(row, key)),
     )
-
-
-def _conversation(row: sqlite3.Row) -> dict[str, Any]:
-    """Conversation and event fields (absent from the original's backups and from older ones of ours)."""
-    def text(key: str, limit: int) -> str | None:
-        value = _get(row, key)
-        return str(value)[:limit] if value else None
-
-    return {
-        "thread": text("thread", THREAD_MAX), "speaker": text("speaker", SPEAKER_MAX),
-        "message_id": text("message_id", MESSAGE_ID_MAX), "occurred_at": foreign.when(_get(row, "occurred_at")),
-        "event_at": foreign.when(_get(row, "event_at")), "valid_until": foreign.when(_get(row, "valid_until")),
-        "status": foreign.choice_or(_get(row, "status"), EVENT_STATUSES, "") or None,
-    }
 
 
 def _clear_others() -> None:
@@ -242,7 +228,7 @@ def _archived_from(row: sqlite3.Row, now: datetime) -> ArchivedMemory:
         device_id=_get(row, "device_id"), embedding=bytes(embedding) if embedding is not None else None,
         embedding_model=_get(row, "embedding_model", "") if embedding is not None else "",
         created_at=foreign.when(_get(row, "created_at"), now), expired_at=foreign.when(_get(row, "expired_at"), now),
-        restored_at=foreign.when(_get(row, "restored_at")), **_conversation(row),
+        restored_at=foreign.when(_get(row, "restored_at")), **foreign.conversation(lambda key: _get(row, key)),
     )
 
 

@@ -25,13 +25,12 @@ from django.utils import timezone
 
 from memories import changes
 from memories.feed import feed_prune
-from memories.models import Memory
+from memories.models import CONVERSATION_FIELDS, Memory
 from retention.models import ArchivedMemory
 
 logger = logging.getLogger("bhgbrain.retention")
 
 BATCH = 500
-CARRIED_FIELDS = ("thread", "speaker", "occurred_at", "message_id", "event_at", "valid_until", "status")
 ACTOR = "system"
 
 
@@ -61,7 +60,7 @@ def _archive(memory: Memory, now: datetime) -> ArchivedMemory:
         source=memory.source, checksum=memory.checksum, importance=memory.importance, tier=memory.retention_tier,
         access_count=memory.access_count, last_accessed=memory.last_accessed, device_id=memory.device_id,
         embedding=memory.embedding, embedding_model=memory.embedding_model, created_at=memory.created_at,
-        expired_at=now, **{name: getattr(memory, name) for name in CARRIED_FIELDS},
+        expired_at=now, **{name: getattr(memory, name) for name in CONVERSATION_FIELDS},
     )
 
 

@@ -8,15 +8,13 @@ from bhgbrain_site.contracts import (
     CATEGORY_NAME_MAX,
     COLLECTION_MAX,
     DEVICE_ID_MAX,
-    MESSAGE_ID_MAX,
     NAMESPACE_MAX,
-    SPEAKER_MAX,
     SUMMARY_MAX,
-    THREAD_MAX,
 )
+from memories.models import ConversationFields
 
 
-class ArchivedMemory(models.Model):
+class ArchivedMemory(ConversationFields):
     """Everything of a deleted memory (the original kept only a 120-character summary)."""
 
     memory_id = models.UUIDField(db_index=True)
@@ -36,13 +34,6 @@ class ArchivedMemory(models.Model):
     device_id = models.CharField(max_length=DEVICE_ID_MAX, null=True, blank=True)
     embedding = models.BinaryField(null=True, blank=True, editable=False)
     embedding_model = models.CharField(max_length=200, blank=True, default="")
-    thread = models.CharField(max_length=THREAD_MAX, null=True, blank=True)
-    speaker = models.CharField(max_length=SPEAKER_MAX, null=True, blank=True)
-    occurred_at = models.DateTimeField(null=True, blank=True)
-    message_id = models.CharField(max_length=MESSAGE_ID_MAX, null=True, blank=True)
-    event_at = models.DateTimeField(null=True, blank=True)
-    valid_until = models.DateTimeField(null=True, blank=True)
-    status = models.CharField(max_length=16, null=True, blank=True)
     created_at = models.DateTimeField()  # the memory's own creation time
     expired_at = models.DateTimeField()  # when the cleanup removed it
     restored_at = models.DateTimeField(null=True, blank=True)
