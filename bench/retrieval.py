@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
-STORE_VERSION = "7"  # bump when the analyzer or stored fields change
+STORE_VERSION = "8"  # bump when the analyzer or stored fields change
 THREADS_PREFIX = "threads/"
 
 

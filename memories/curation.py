@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from bhgbrain_site.contracts import EVENT_STATUSES, MAX_TAGS, MEMORY_TYPES, TIERS, is_collection, is_tag
 from bhgbrain_site.errors import Conflict, InvalidInput
-from memories import normalize, tiers
+from memories import normalize, threads, tiers
 from memories.changes import Audit, memory_saved
 from memories.models import Memory
 from memories.services import apply_vector, embed_or_degrade, live_memory, snapshot_revision
@@ -99,7 +99,7 @@ def memory_edit(*, memory_id: str, changes: dict[str, Any], actor: str, namespac
         if "retention_tier" in edits:
             _apply_tier(memory, edits["retention_tier"], now)
         if content_changed:
-            apply_vector(memory, *embed_or_degrade(memory.content))
+            apply_vector(memory, *embed_or_degrade(threads.passage(memory)))
         memory.updated_at = now
         audit = Audit("EDIT", actor, {"fields": sorted(edits), "before": {k: str(v)[:200] for k, v in before.items()}})
         try:

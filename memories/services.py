@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from bhgbrain_site.contracts import MAX_TAGS
 from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
-from memories import changes, tiers
+from memories import changes, threads, tiers
 from memories.dedup import semantic_match
 from memories.embeddings import get_embedder, to_bytes
 from memories.messages import message_remember
@@ -173,7 +173,7 @@ def memories_vector_sync(*, limit: int = 500) -> dict[str, int]:
     for memory in Memory.objects.filter(vector_synced=False, archived=False).order_by("created_at")[:limit]:
         try:
             if memory.embedding is None or memory.embedding_model != embedder.model_id:
-                vector = embedder.embed_passage(memory.content)
+                vector = embedder.embed_passage(threads.passage(memory))
                 memory.embedding, memory.embedding_model = to_bytes(vector), embedder.model_id
         except EmbeddingUnavailable:
             failed += 1

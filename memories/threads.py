@@ -6,8 +6,10 @@ A thread is a client-chosen id scoped to a namespace; its memories are ordered b
 
 - full-text: a down-weighted *context* field holds the ``CONTEXT_BEFORE`` turns before it,
   the ``CONTEXT_AFTER`` turns after it and the date of ``occurred_at`` in words (search/fulltext.py);
-- vector: the passage embedded is the ``EMBED_BEFORE`` turns before it and the message itself,
-  so a later message never changes an earlier message's vector.
+- vector: the passage embedded is the last ``EMBED_PREVIOUS_WORDS`` words of each of the
+  ``EMBED_BEFORE`` turns before it, then the message itself, so a later message never changes
+  an earlier message's vector (and a long reply before a short message neither drowns it nor
+  makes its embedding slow).
 
 When a message is written or removed, the turns whose window holds it get their context again
 (memories.changes asks :func:`affected_turns`). The window sizes were measured on the LoCoMo dev
@@ -16,6 +18,7 @@ half (bench/retrieval.py --threads; docs/retrieval.md).
 from __future__ import annotations
 
 import contextlib
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
@@ -28,6 +31,7 @@ from memories.models import Memory
 CONTEXT_BEFORE = 2  # turns before a message in its full-text context
 CONTEXT_AFTER = 2  # turns after it
 EMBED_BEFORE = 1  # turns before it in the passage its vector is computed over
+EMBED_PREVIOUS_WORDS = 32  # of each, only the last words (a CJK character counts as a word)
 ORDER = ("occurred_at", "created_at", "id")
 _FIELDS = ("id", "namespace", "thread", "content", "tags", "speaker", "occurred_at", "created_at", "archived", "message_id")
 
@@ -156,9 +160,28 @@ def _group_contexts(group: list[Memory]) -> dict[str, str]:
     return out
 
 
+_WORD = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\uac00-\ud7af]|[^\s\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
+
+
+def tail_words(text: str, count: int) -> str:
+    """The end of ``text`` from its ``count``-th last word on (CJK characters are words), as written."""
+    starts = [match.start() for match in _WORD.finditer(text)]
+    return text[starts[-count]:] if len(starts) > count else text
+
+
 def embedding_text(content: str, previous: Sequence[str]) -> str:
-    """The passage a threaded message's vector is computed over: the turns before it, then it."""
-    return "\n".join([*previous[-EMBED_BEFORE:], content]) if EMBED_BEFORE else content
+    """The passage a threaded message's vector is computed over: the end of the turn(s) before
+    it, then the message."""
+    if not EMBED_BEFORE:
+        return content
+    return "\n".join([*(tail_words(turn, EMBED_PREVIOUS_WORDS) for turn in previous[-EMBED_BEFORE:]), content])
+
+
+def passage(memory: Memory) -> str:
+    """What ``memory``'s vector is computed over: its content, with the turn(s) before it if threaded."""
+    if not memory.thread:
+        return memory.content
+    return embedding_text(memory.content, [turn.content for turn in turns_before(memory, EMBED_BEFORE)])
 
 
 def affected_by_batch(memories: Sequence[Memory]) -> list[Memory]:

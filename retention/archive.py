@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from bhgbrain_site.contracts import TIERS
 from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
-from memories import changes, tiers
+from memories import changes, threads, tiers
 from memories.embeddings import get_embedder, to_bytes
 from memories.models import CONVERSATION_FIELDS, Memory, Operation
 from memories.selectors import iso
@@ -64,7 +64,10 @@ def _vector_for(item: ArchivedMemory) -> tuple[bytes | None, str, bool]:
     if item.embedding is not None and item.embedding_model == embedder.model_id:
         return bytes(item.embedding), item.embedding_model, True
     try:
-        return to_bytes(embedder.embed_passage(item.content)), embedder.model_id, True
+        passage = threads.passage(Memory(id=item.memory_id, namespace=item.namespace, content=item.content,
+                                         **{name: getattr(item, name) for name in CONVERSATION_FIELDS},
+                                         created_at=item.created_at))
+        return to_bytes(embedder.embed_passage(passage)), embedder.model_id, True
     except EmbeddingUnavailable:
         return item.embedding, item.embedding_model, False  # the scheduled vector_sync embeds it later
 

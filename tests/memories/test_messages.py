@@ -11,11 +11,14 @@ from django.utils import timezone
 from bhgbrain_site.errors import Conflict, InvalidInput
 from bhgbrain_site.registry import CallContext, call
 from memories import threads
+from memories.curation import memory_edit
 from memories.embeddings import from_bytes
 from memories.messages import thread_append
 from memories.models import AuditLog, Memory, VectorChange
-from memories.services import memory_forget
+from memories.services import memories_vector_sync, memory_forget
 from memories.writing import RememberInput
+from retention.archive import archive_restore
+from retention.cleanup import _archive as archive_row
 from search.selectors import fulltext_hits
 from tests.conftest import remember
 
@@ -82,6 +85,44 @@ def test_the_vector_covers_the_turn_before_and_the_message(hash_embedder) -> Non
     stored = from_bytes(Memory.objects.get(id=answer.id).embedding)
     expected = hash_embedder.embed_passage("Where did you go on holiday?\nYeah, I went there last Friday")
     assert np.allclose(stored, expected)
+
+
+def test_the_vector_covers_only_the_end_of_a_long_turn_before(hash_embedder) -> None:
+    long_turn = " ".join(f"w{i}" for i in range(60)) + " so, where did you go?"
+    say(long_turn, at=1, speaker="Bob")
+    answer = say("Paris, last Friday", at=2)
+    tail = " ".join(long_turn.split()[-threads.EMBED_PREVIOUS_WORDS:])
+    assert tail.startswith("w33 ") and len(tail) < len(long_turn)
+    stored = from_bytes(Memory.objects.get(id=answer.id).embedding)
+    assert np.allclose(stored, hash_embedder.embed_passage(f"{tail}\nParis, last Friday"))
+
+
+def test_the_tail_of_a_turn_counts_words_and_cjk_characters() -> None:
+    assert threads.tail_words("a b c  d, e.", 2) == "d, e."
+    assert threads.tail_words("我们明天去北京吃烤鸭好吗", 4) == "烤鸭好吗"
+    assert threads.tail_words("Hello 世界 and more", 3) == "界 and more"
+    assert threads.tail_words("ok", 32) == "ok" and threads.tail_words("", 3) == ""
+
+
+def test_every_path_that_embeds_a_message_again_embeds_the_same_passage(hash_embedder) -> None:
+    say("Where did you go on holiday?", at=1, speaker="Bob")
+    answer = say("Yeah, I went there last Friday", at=2)
+    expected = hash_embedder.embed_passage("Where did you go on holiday?\nWe went to Lisbon last Friday")
+
+    def vector() -> np.ndarray:
+        return from_bytes(Memory.objects.get(id=answer.id).embedding)
+
+    memory_edit(memory_id=str(answer.id), changes={"content": "We went to Lisbon last Friday"}, actor="test")
+    assert np.allclose(vector(), expected)  # an edit
+    Memory.objects.filter(id=answer.id).update(embedding=None, vector_synced=False)
+    assert memories_vector_sync()["synced"] == 1
+    assert np.allclose(vector(), expected)  # the scheduled sync of a degraded write
+    item = archive_row(Memory.objects.get(id=answer.id), timezone.now())
+    item.embedding = None
+    item.save()
+    memory_forget(memory_id=str(answer.id), namespace="chat", actor="test")
+    archive_restore(memory_id=str(answer.id), namespace="chat", actor="test")
+    assert np.allclose(vector(), expected)  # a restore from the archive without its vector
 
 
 def test_a_turn_is_found_by_what_its_neighbours_say_and_a_later_turn_updates_its_context(hash_embedder) -> None:
