@@ -8,6 +8,7 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from bhgbrain_site import sqlite_wal
 from bhgbrain_site.config import ConfigError, data_dir_for, load_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -106,7 +107,9 @@ def _database() -> dict[str, Any]:
         "OPTIONS": {
             "timeout": 30,
             "transaction_mode": "IMMEDIATE",
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
+            # wal_autocheckpoint: checkpoints run in a background thread (sqlite_wal); this is the net.
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000; "
+                            f"PRAGMA wal_autocheckpoint={sqlite_wal.AUTOCHECKPOINT_PAGES};",
         },
         "TEST": {"NAME": str(BHGBRAIN_DATA_DIR / "test.sqlite3")},
     }

@@ -6,3 +6,10 @@ from django.apps import AppConfig
 class MemoriesConfig(AppConfig):
     name = "memories"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.db.backends.signals import connection_created
+
+        from bhgbrain_site.sqlite_wal import on_connection_created
+
+        connection_created.connect(on_connection_created, dispatch_uid="bhgbrain-wal-checkpoint")

@@ -1,0 +1,69 @@
+"""WAL checkpoints run in a background thread, not inside a request's commit."""
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from bhgbrain_site import sqlite_wal
+
+
+def _database(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA wal_autocheckpoint={sqlite_wal.AUTOCHECKPOINT_PAGES}")
+    conn.execute("CREATE TABLE t (x TEXT)")
+    return conn
+
+
+def test_a_checkpoint_copies_the_log_and_a_quiet_log_is_left_alone(tmp_path: Path) -> None:
+    db = tmp_path / "store.sqlite3"
+    conn = _database(db)
+    for i in range(200):
+        conn.execute("INSERT INTO t VALUES (?)", ("x" * 2000 + str(i),))
+    wal_frames = Path(f"{db}-wal").stat().st_size // 4096
+    assert wal_frames > 100  # the writes are in the log: the raised autocheckpoint did not run
+    checkpointer = sqlite_wal.Checkpointer(db)
+    assert checkpointer.run_once() is True
+    busy, log, done = sqlite_wal.checkpoint(db)
+    assert busy == 0 and done == log  # nothing left to copy
+    assert checkpointer.caught_up and checkpointer.run_once() is False  # no new writes: no work
+    conn.execute("INSERT INTO t VALUES ('y')")
+    assert checkpointer.run_once() is True
+    assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 201
+    conn.close()
+
+
+def test_the_thread_checkpoints_a_moment_after_writes(tmp_path: Path) -> None:
+    db = tmp_path / "store.sqlite3"
+    conn = _database(db)
+    checkpointer = sqlite_wal.Checkpointer(db, interval=0.05)
+    checkpointer.start()
+    try:
+        conn.execute("INSERT INTO t VALUES ('z')")
+        deadline = time.monotonic() + 5
+        while not checkpointer.caught_up and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert checkpointer.caught_up and checkpointer.running
+    finally:
+        checkpointer.stop()
+        conn.close()
+    assert not checkpointer.running
+
+
+def test_a_missing_database_is_never_created(tmp_path: Path) -> None:
+    with pytest.raises(sqlite3.OperationalError):
+        sqlite_wal.checkpoint(tmp_path / "gone.sqlite3")
+    assert not (tmp_path / "gone.sqlite3").exists()
+
+
+@pytest.mark.django_db
+def test_the_product_database_raises_the_in_commit_checkpoint() -> None:
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite only")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA wal_autocheckpoint")
+        assert cursor.fetchone()[0] == sqlite_wal.AUTOCHECKPOINT_PAGES
