@@ -1,11 +1,11 @@
 """What every app's admin shares (the admin modules themselves are interfaces, imported by no one)."""
 from __future__ import annotations
 
-from django.contrib import admin
 from django.http import HttpRequest
+from unfold.admin import ModelAdmin
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ModelAdmin):
     """Rows written only by the product (audit, revisions, backups): shown, never changed here."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:

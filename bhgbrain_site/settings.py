@@ -45,16 +45,20 @@ DEBUG = os.environ.get("BHGBRAIN_DEBUG") == "1"
 ALLOWED_HOSTS = ["*"]  # the bind address is the guard (loopback by default)
 
 INSTALLED_APPS = [
+    "unfold",  # the governance console's theme (bundled assets, no CDN); before django.contrib.admin
+    "unfold.contrib.filters",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
+    "axes",  # admin login throttling
     "memories",
     "categories",
     "retention",
@@ -72,7 +76,20 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
+
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # refuses a locked-out username/address before checking the password
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Admin login throttling: after 5 failures for a username from one address, that pair waits an hour.
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = 1  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+AXES_LOCKOUT_TEMPLATE = "admin/lockout.html"
 
 ROOT_URLCONF = "bhgbrain_site.urls"
 ASGI_APPLICATION = "bhgbrain_site.asgi.application"
@@ -122,6 +139,18 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# The governance console (django-unfold): branding, the dashboard, the sidebar.
+UNFOLD = {
+    "SITE_TITLE": "BHGBrain",
+    "SITE_HEADER": "BHGBrain",
+    "SITE_SUBHEADER": "Memory governance",
+    "SITE_SYMBOL": "psychology",
+    "SITE_URL": "/admin/",
+    "SHOW_VIEW_ON_SITE": False,
+    "DASHBOARD_CALLBACK": "retention.admin.dashboard_callback",
+    "SIDEBAR": {"show_search": True, "show_all_applications": True},
+}
+
 STATIC_URL = "static/"
 STATIC_ROOT = BHGBRAIN_DATA_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
@@ -190,5 +219,5 @@ LOGGING = {
         },
     },
     "root": {"handlers": ["stderr", "file"], "level": _LOG_LEVELS[BHGBRAIN.observability.log_level]},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    "loggers": {"django.db.backends": {"level": "INFO"}, "axes": {"level": "WARNING"}},
 }

@@ -13,6 +13,9 @@ from memories.api import AuditViewSet, CollectionViewSet, MemoryViewSet, ThreadV
 from retention.api import ArchiveViewSet, BackupViewSet
 from search.api import RecallViewSet, SearchViewSet
 
+admin.site.site_header = admin.site.site_title = "BHGBrain"
+admin.site.index_title = "Dashboard"
+
 router = SimpleRouter()
 router.register("memories", MemoryViewSet, basename="memories")
 router.register("collections", CollectionViewSet, basename="collections")

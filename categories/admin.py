@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from unfold.admin import ModelAdmin, TabularInline
 
 from categories.models import Category, CategoryRevision
 from categories.services import category_delete, category_set
+from memories.admin_scope import NamespaceScoped
 
 
-class RevisionInline(admin.TabularInline):
+class RevisionInline(TabularInline):
     model = CategoryRevision
     extra = 0
     readonly_fields = ("revision", "content", "updated_at", "updated_by")
@@ -14,7 +16,7 @@ class RevisionInline(admin.TabularInline):
 
 
 @admin.register(Category)
-class CategoryAdmin(admin.ModelAdmin):
+class CategoryAdmin(NamespaceScoped, ModelAdmin):
     list_display = ("name", "namespace", "slot", "revision", "updated_at")
     list_filter = ("slot", "namespace")
     search_fields = ("name", "content")
@@ -34,5 +36,6 @@ class CategoryAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001 - Django admin API
         """Edits go through the service, so they get a revision and an audit row."""
+        self.check_namespace(request, obj.namespace)
         category_set(namespace=obj.namespace, name=obj.name, slot=obj.slot, content=obj.content,
                      actor=f"admin:{request.user.get_username()}")

@@ -18,16 +18,17 @@ import threading
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from bhgbrain_site.errors import NotFound
 from memories import changes
-from memories.models import Memory
+from memories.models import AccessDay, Memory
 from memories.selectors import memory_get, memory_to_dict, parse_memory_id
 from memories.tiers import tier_metadata
 
@@ -77,6 +78,17 @@ def _apply_access(memory: Memory, count: int, at: datetime, threshold: int) -> N
     _sliding_expiry(memory, at)
 
 
+def _count_day(namespace: str, day: date, count: int) -> None:
+    """Add ``count`` to the namespace's accesses on ``day`` (the dashboard's chart)."""
+    if AccessDay.objects.filter(day=day, namespace=namespace).update(accesses=F("accesses") + count):
+        return
+    try:
+        with transaction.atomic():
+            AccessDay.objects.create(day=day, namespace=namespace, accesses=count)
+    except IntegrityError:  # another process created the day's row first
+        AccessDay.objects.filter(day=day, namespace=namespace).update(accesses=F("accesses") + count)
+
+
 def memory_record_access(*, memory_id: str, count: int, at: datetime, sync: bool = True) -> AccessOutcome | None:
     """Apply ``count`` accesses made at ``at`` to one memory (one transaction)."""
     retention = settings.BHGBRAIN.retention
@@ -92,6 +104,7 @@ def memory_record_access(*, memory_id: str, count: int, at: datetime, sync: bool
         audit = changes.Audit("PROMOTE", "system", {"from": tier_before, "to": memory.retention_tier,
                                                     "access_count": memory.access_count}) if promoted else None
         changes.memory_saved(memory, audit=audit, at=at, fields=changed, sync=sync)
+        _count_day(memory.namespace, at.date(), count)
     return AccessOutcome(str(memory.id), memory.access_count, memory.retention_tier, tier_before if promoted else None)
 
 

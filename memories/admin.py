@@ -5,16 +5,26 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth.admin import GroupAdmin as BaseGroupAdmin
+from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.contrib.auth.models import Group, User
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
+from unfold.admin import ModelAdmin, StackedInline
+from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 
 from bhgbrain_site.admin_base import ReadOnlyAdmin
 from bhgbrain_site.contracts import is_namespace
 from bhgbrain_site.errors import DomainError
+from memories.admin_scope import AllNamespacesOnly, NamespaceScoped, actor, request_namespaces
 from memories.curation import EDITABLE_FIELDS, EVENT_FIELDS, memory_edit, memory_edit_check, memory_set_event
-from memories.models import ApiToken, AuditLog, Collection, Memory, MemoryRevision
+from memories.curators import curator_scope_set, within
+from memories.models import ApiToken, AuditLog, Collection, CuratorScope, Memory, MemoryRevision
+from memories.queues import QUEUES, queue_condition
 from memories.services import memory_forget
 from memories.threads import contexts, thread_turns
 from memories.tokens import token_change, token_create
@@ -40,12 +50,27 @@ class MemoryForm(forms.ModelForm):
         return cleaned
 
 
+class QueueFilter(admin.SimpleListFilter):
+    """The curator's queues (memories.queues): the dashboard's numbers link here."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return list(QUEUES.items())
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Memory]) -> QuerySet[Memory]:
+        if self.value() in QUEUES:
+            return queryset.filter(queue_condition(self.value(), timezone.now()))
+        return queryset
+
+
 @admin.register(Memory)
-class MemoryAdmin(admin.ModelAdmin):
+class MemoryAdmin(NamespaceScoped, ModelAdmin):
     form = MemoryForm
     list_display = ("summary", "namespace", "collection", "type", "retention_tier", "expires_at", "access_count",
                     "vector_synced", "thread_link")
-    list_filter = ("retention_tier", "type", "source", "archived", "vector_synced", "status", "namespace")
+    list_filter = (QueueFilter, "retention_tier", "namespace", "type", "source", "archived", "vector_synced", "status")
     search_fields = ("summary", "content", "id", "thread", "message_id")
     readonly_fields = ("id", "namespace", "summary", "checksum", "source", "expires_at", "decay_eligible", "review_due",
                        "created_at", "updated_at", "access_count", "last_accessed", "last_operation", "merged_from",
@@ -106,7 +131,7 @@ class MemoryAdmin(admin.ModelAdmin):
 
 
 @admin.register(Collection)
-class CollectionAdmin(admin.ModelAdmin):
+class CollectionAdmin(NamespaceScoped, ModelAdmin):
     """A collection's model and dimensions are locked when it is created."""
 
     list_display = ("namespace", "name", "embedding_model", "embedding_dimensions", "created_at")
@@ -120,7 +145,7 @@ class CollectionAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditLog)
-class AuditLogAdmin(ReadOnlyAdmin):
+class AuditLogAdmin(NamespaceScoped, ReadOnlyAdmin):
     list_display = ("timestamp", "operation", "namespace", "memory_id", "client_id")
     list_filter = ("operation", "namespace")
 
@@ -128,6 +153,12 @@ class AuditLogAdmin(ReadOnlyAdmin):
 @admin.register(MemoryRevision)
 class MemoryRevisionAdmin(ReadOnlyAdmin):
     list_display = ("memory_id", "revision", "updated_at", "updated_by")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[MemoryRevision]:
+        namespaces = request_namespaces(request)
+        rows = super().get_queryset(request)
+        return rows if namespaces is None else rows.filter(
+            memory_id__in=within(Memory.objects.all(), namespaces).values("id"))
 
 
 
@@ -160,7 +191,7 @@ class ApiTokenForm(forms.ModelForm):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(AllNamespacesOnly, ModelAdmin):
     form = ApiTokenForm
     list_display = ("name", "prefix", "namespaces", "read_only", "revoked", "created_at", "last_used_at")
     list_filter = ("read_only", "revoked")
@@ -179,3 +210,62 @@ class ApiTokenAdmin(admin.ModelAdmin):
         row, plain = token_create(name=obj.name, namespaces=obj.namespaces, read_only=obj.read_only, actor=actor)
         obj.pk = row.pk
         messages.warning(request, f"Token created. Copy it now, it is not stored: {plain}")
+
+
+class CuratorScopeForm(forms.ModelForm):
+    namespaces = forms.CharField(required=False, help_text="comma-separated namespaces this user may curate; "
+                                                           "delete this row to let them curate every namespace")
+
+    class Meta:
+        model = CuratorScope
+        fields = ("namespaces",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.initial["namespaces"] = ",".join(self.instance.namespaces or [])
+
+    def clean_namespaces(self) -> list[str]:
+        items = sorted({n.strip() for n in str(self.cleaned_data["namespaces"]).split(",") if n.strip()})
+        bad = [n for n in items if not is_namespace(n)]
+        if bad:
+            raise forms.ValidationError(f"{bad[0][:50]!r} is not a valid namespace (letters, digits, / and -)")
+        return items
+
+
+class CuratorScopeInline(StackedInline):
+    model = CuratorScope
+    form = CuratorScopeForm
+    max_num = 1
+    extra = 0
+    verbose_name = "namespaces this user curates"
+    verbose_name_plural = "curated namespaces (none: every namespace)"
+
+
+admin.site.unregister(User)
+admin.site.unregister(Group)
+
+
+@admin.register(User)
+class UserAdmin(AllNamespacesOnly, BaseUserAdmin, ModelAdmin):
+    form = UserChangeForm
+    add_form = UserCreationForm
+    change_password_form = AdminPasswordChangeForm
+    inlines = [CuratorScopeInline]
+
+    def save_formset(self, request, form, formset, change) -> None:  # noqa: ANN001 - Django admin API
+        """A curator's namespaces change through the service (audited)."""
+        if formset.model is not CuratorScope:
+            super().save_formset(request, form, formset, change)
+            return
+        for row in formset.forms:
+            if not row.has_changed() and not (formset.can_delete and formset._should_delete_form(row)):  # noqa: SLF001
+                continue
+            deleted = formset.can_delete and formset._should_delete_form(row)  # noqa: SLF001
+            curator_scope_set(user_id=form.instance.pk, actor=actor(request),
+                              namespaces=None if deleted else row.cleaned_data["namespaces"])
+
+
+@admin.register(Group)
+class GroupAdmin(AllNamespacesOnly, BaseGroupAdmin, ModelAdmin):
+    pass

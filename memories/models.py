@@ -235,3 +235,29 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class CuratorScope(models.Model):
+    """The namespaces a staff user may curate in the admin. A user without one (or a superuser)
+    curates every namespace; with one, lists, counts, actions and the dashboard show only these."""
+
+    user = models.OneToOneField("auth.User", on_delete=models.CASCADE, related_name="curator_scope")
+    namespaces = models.JSONField(default=list, help_text="namespaces this user may see and change in the admin")
+
+    class Meta:
+        db_table = "curator_scopes"
+
+    def __str__(self) -> str:
+        return f"{self.user} → {', '.join(self.namespaces) or '(none)'}"
+
+
+class AccessDay(models.Model):
+    """How many times memories of a namespace were retrieved on a day (the dashboard's chart)."""
+
+    day = models.DateField()
+    namespace = models.CharField(max_length=NAMESPACE_MAX)
+    accesses = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        db_table = "access_days"
+        constraints = [models.UniqueConstraint(fields=["day", "namespace"], name="uniq_access_day")]

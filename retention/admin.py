@@ -1,15 +1,28 @@
 from __future__ import annotations
 
+import json
+from datetime import date
+from typing import Any
+from urllib.parse import urlencode
+
 from django.contrib import admin, messages
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils import timezone
+from unfold.admin import ModelAdmin
 
 from bhgbrain_site.admin_base import ReadOnlyAdmin
+from bhgbrain_site.contracts import TIERS
 from bhgbrain_site.errors import DomainError
+from memories.admin_scope import AllNamespacesOnly, NamespaceScoped, request_namespaces
+from memories.queues import QUEUES
 from retention.archive import archive_restore
+from retention.dashboard import Dashboard, dashboard_snapshot
 from retention.models import ArchivedMemory, BackupRecord
 
 
 @admin.register(ArchivedMemory)
-class ArchivedMemoryAdmin(admin.ModelAdmin):
+class ArchivedMemoryAdmin(NamespaceScoped, ModelAdmin):
     """Read-only: archived memories change only by being restored (the action below)."""
 
     list_display = ("summary", "namespace", "collection", "tier", "expired_at", "restored_at")
@@ -38,5 +51,53 @@ class ArchivedMemoryAdmin(admin.ModelAdmin):
 
 
 @admin.register(BackupRecord)
-class BackupRecordAdmin(ReadOnlyAdmin):
+class BackupRecordAdmin(AllNamespacesOnly, ReadOnlyAdmin):
     list_display = ("path", "memory_count", "size_bytes", "created_at")
+
+
+def _memories_url(**filters: str) -> str:
+    base = reverse("admin:memories_memory_changelist")
+    return f"{base}?{urlencode(filters)}" if filters else base
+
+
+def _chart(days: list[date], series: list[tuple[str, list[int], str]]) -> str:
+    return json.dumps({
+        "labels": [day.strftime("%d %b") for day in days],
+        "datasets": [{"label": label, "data": values, "borderColor": color, "backgroundColor": color}
+                     for label, values, color in series],
+    })
+
+
+def _tier_rows(board: Dashboard) -> list[dict[str, Any]]:
+    return [{"namespace": namespace, "total": total, "url": _memories_url(namespace__exact=namespace),
+             "cells": [{"count": tiers[t], "url": _memories_url(namespace__exact=namespace, retention_tier__exact=t)}
+                       for t in TIERS]}
+            for namespace, tiers, total in board.namespaces]
+
+
+def _queue_cards(board: Dashboard) -> list[dict[str, Any]]:
+    return [{"label": label, "count": board.queues[name], "url": _memories_url(queue=name)}
+            for name, label in QUEUES.items()]
+
+
+def dashboard_callback(request: HttpRequest, context: dict[str, Any]) -> dict[str, Any]:
+    """UNFOLD["DASHBOARD_CALLBACK"]: the landing page's numbers (retention.dashboard), each with
+    the link to the filtered list behind it."""
+    board = dashboard_snapshot(namespaces=request_namespaces(request), now=timezone.now())
+    context.update(
+        board=board,
+        tier_rows=_tier_rows(board),
+        tier_totals=[{"use": use, "url": _memories_url(retention_tier__exact=use.tier)} for use in board.tiers],
+        queue_cards=_queue_cards(board),
+        activity_chart=_chart(board.days, [("new memories", board.growth, "#6366f1"),
+                                           ("accesses", board.accesses, "#10b981"),
+                                           ("archived", board.archived, "#f59e0b")]),
+        tier_chart=json.dumps({"labels": list(TIERS), "datasets": [
+            {"label": "memories", "data": [use.count for use in board.tiers],
+             "backgroundColor": ["#7c3aed", "#6366f1", "#0ea5e9", "#94a3b8"]}]}),
+        memories_url=_memories_url(),
+        archive_url=reverse("admin:retention_archivedmemory_changelist"),
+        backups_url=reverse("admin:retention_backuprecord_changelist"),
+        audit_url=reverse("admin:memories_auditlog_changelist"),
+    )
+    return context

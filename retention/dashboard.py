@@ -1,0 +1,113 @@
+"""The governance console's landing page: what a curator should look at today.
+
+Read-only selectors, scoped to the curator's namespaces (``memories.curators``): the store's
+health, memories per namespace × tier against the tier budgets, growth and accesses over the
+last 30 days, and the queues that need a person (expiring soon, T1 due for review, consolidation
+candidates, the vector-sync backlog), backups and the latest audit events. A handful of aggregate
+queries, so it stays fast on a large store (docs/operations.md has the measurement).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Sum
+from django.db.models.functions import TruncDate
+
+from bhgbrain_site.contracts import TIERS
+from memories.curators import Namespaces, within
+from memories.models import AccessDay, AuditLog, Memory
+from memories.queues import QUEUES, queue_condition
+from retention.models import ArchivedMemory, BackupRecord
+from retention.selectors import store_health
+
+DAYS = 30  # the charts' window
+AUDIT_ROWS = 12
+
+
+@dataclass(frozen=True)
+class TierUse:
+    tier: str
+    count: int
+    budget: int | None
+
+    @property
+    def percent(self) -> int | None:
+        return None if not self.budget else round(100 * self.count / self.budget)
+
+    @property
+    def over(self) -> bool:
+        return self.budget is not None and self.count > self.budget
+
+
+@dataclass
+class Dashboard:
+    health: dict[str, Any]
+    namespaces: list[tuple[str, dict[str, int], int]]  # (namespace, {tier: count}, total)
+    tiers: list[TierUse]
+    total: int
+    max_memories: int
+    queues: dict[str, int]
+    days: list[date]
+    growth: list[int]
+    accesses: list[int]
+    archived: list[int]
+    last_backup: BackupRecord | None
+    audit: list[AuditLog] = field(default_factory=list)
+    scoped: bool = False
+
+
+def _tier_matrix(live: Any) -> tuple[list[tuple[str, dict[str, int], int]], dict[str, int]]:
+    per_namespace: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(TIERS, 0))
+    totals = dict.fromkeys(TIERS, 0)
+    for row in live.values("namespace", "retention_tier").annotate(n=Count("id")).order_by():
+        per_namespace[row["namespace"]][row["retention_tier"]] = row["n"]
+        totals[row["retention_tier"]] += row["n"]
+    rows = [(ns, tiers, sum(tiers.values())) for ns, tiers in per_namespace.items()]
+    rows.sort(key=lambda r: (-r[2], r[0]))
+    return rows, totals
+
+
+def _queues(live: Any, now: datetime) -> dict[str, int]:
+    """How many memories wait in each queue a curator works (one aggregate query)."""
+    return live.aggregate(**{name: Count("id", filter=queue_condition(name, now)) for name in QUEUES})
+
+
+def _per_day(rows: Any, days: list[date], value: str = "n") -> list[int]:
+    by_day = {row["day"]: row[value] or 0 for row in rows}
+    return [int(by_day.get(day, 0)) for day in days]
+
+
+def dashboard_snapshot(*, namespaces: Namespaces, now: datetime) -> Dashboard:
+    """Everything the landing page shows, limited to ``namespaces`` (None: all)."""
+    retention = settings.BHGBRAIN.retention
+    live = within(Memory.objects.filter(archived=False), namespaces)
+    matrix, totals = _tier_matrix(live)
+    first = (now - timedelta(days=DAYS - 1)).date()
+    days = [first + timedelta(days=i) for i in range(DAYS)]
+    since = datetime.combine(first, datetime.min.time(), tzinfo=now.tzinfo)
+    growth = (live.filter(created_at__gte=since).annotate(day=TruncDate("created_at"))
+              .values("day").annotate(n=Count("id")).order_by())
+    archived = (within(ArchivedMemory.objects.filter(expired_at__gte=since), namespaces)
+                .annotate(day=TruncDate("expired_at")).values("day").annotate(n=Count("id")).order_by())
+    accesses = (within(AccessDay.objects.filter(day__gte=first), namespaces)
+                .values("day").annotate(n=Sum("accesses")).order_by())
+    audit = within(AuditLog.objects.all(), namespaces).order_by("-timestamp")[:AUDIT_ROWS]
+    return Dashboard(
+        health=store_health(),
+        namespaces=matrix,
+        tiers=[TierUse(t, totals[t], getattr(retention.tier_budgets, t)) for t in TIERS],
+        total=sum(totals.values()),
+        max_memories=retention.max_memories,
+        queues=_queues(live, now),
+        days=days,
+        growth=_per_day(growth, days),
+        accesses=_per_day(accesses, days),
+        archived=_per_day(archived, days),
+        last_backup=BackupRecord.objects.order_by("-created_at").first() if namespaces is None else None,
+        audit=list(audit),
+        scoped=namespaces is not None,
+    )
