@@ -1,4 +1,4 @@
-"""SQLite WAL checkpoints off the request path.
+"""SQLite upkeep off the request path: WAL checkpoints and the query planner's statistics.
 
 In WAL mode SQLite copies the log back into the database file (a *checkpoint*, with an fsync)
 inside whichever commit pushes the log past ``wal_autocheckpoint`` pages. With SQLite's default of
@@ -8,6 +8,12 @@ in each process that opens the SQLite file checkpoints a moment after the log ch
 ``PASSIVE`` (it never waits for, nor blocks, readers and writers) on a short-lived connection of
 its own; the autocheckpoint stays as a safety net at :data:`AUTOCHECKPOINT_PAGES`, for bursts
 the thread has not caught up with (a bulk import) and for processes that run without it.
+
+The same thread keeps the planner's statistics (``ANALYZE``, sampled with ``analysis_limit``:
+~60 ms at 100k memories) current: once the memories table has grown by a quarter since the last
+analysis (its largest rowid, read from the index in O(log n)). Without statistics SQLite picked
+a full-table index for counts that a small partial index answers (the dashboard's backlog count:
+~1 s instead of 0.1 ms at 100k memories).
 """
 from __future__ import annotations
 
@@ -22,14 +28,37 @@ logger = logging.getLogger("bhgbrain.sqlite")
 
 AUTOCHECKPOINT_PAGES = 10_000  # the in-commit checkpoint, now only a safety net (40 MB of log)
 INTERVAL_S = 0.5  # how often the thread looks at the log's modification time
+ANALYZE_GROWTH = 1.25  # re-analyse once the memories table has grown by this factor
+ANALYZE_ROWS = 1000  # rows the sampled ANALYZE reads per index
 
 
 def checkpoint(path: Path | str) -> tuple[int, int, int]:
     """One PASSIVE checkpoint of the database at ``path``: (busy, log frames, frames checkpointed)."""
-    uri = f"{Path(path).resolve().as_uri()}?mode=rw"  # never creates a file that is gone
-    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=0.1)) as conn:
+    with contextlib.closing(_connect(path, 0.1)) as conn:
         busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     return int(busy), int(log), int(done)
+
+
+def _connect(path: Path | str, timeout: float) -> sqlite3.Connection:
+    uri = f"{Path(path).resolve().as_uri()}?mode=rw"  # never creates a file that is gone
+    return sqlite3.connect(uri, uri=True, timeout=timeout)
+
+
+def table_size_hint(path: Path | str, table: str = "memories") -> int:
+    """The largest rowid of ``table`` (a cheap upper bound of its row count; 0 if it is missing)."""
+    with contextlib.closing(_connect(path, 0.1)) as conn:
+        try:
+            return int(conn.execute(f'SELECT coalesce(max(rowid), 0) FROM "{table}"').fetchone()[0])  # noqa: S608
+        except sqlite3.OperationalError:  # not migrated yet
+            return 0
+
+
+def analyze(path: Path | str) -> None:
+    """Sampled ANALYZE of the whole database (the planner's statistics)."""
+    with contextlib.closing(_connect(path, 5.0)) as conn:
+        conn.execute(f"PRAGMA analysis_limit={ANALYZE_ROWS}")
+        conn.execute("ANALYZE")
+        conn.commit()
 
 
 class Checkpointer:
@@ -40,6 +69,7 @@ class Checkpointer:
         self.wal = Path(f"{path}-wal")
         self.interval = interval
         self._seen: float | None = None
+        self.analyzed_at_size: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -56,11 +86,29 @@ class Checkpointer:
             return False
         try:
             busy, log, done = checkpoint(self.path)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):  # another connection holds a lock: later
+                return False
+            logger.warning("background WAL checkpoint of %s failed; the next look retries", self.path, exc_info=True)
+            return False
         except sqlite3.Error:
             logger.warning("background WAL checkpoint of %s failed; the next look retries", self.path, exc_info=True)
             return False
         if not busy and done >= log:  # all of it copied (a reader's older snapshot can hold some back)
             self._seen = mtime
+        return True
+
+    def analyze_if_grown(self) -> bool:
+        """ANALYZE when the memories table has grown by ANALYZE_GROWTH since the last analysis
+        (or was never analysed by this process and has rows); whether it ran."""
+        try:
+            size = table_size_hint(self.path)
+            if not size or (self.analyzed_at_size is not None and size < self.analyzed_at_size * ANALYZE_GROWTH):
+                return False
+            analyze(self.path)
+        except sqlite3.OperationalError:  # busy or locked: the next look retries
+            return False
+        self.analyzed_at_size = size
         return True
 
     def start(self) -> None:
@@ -85,7 +133,8 @@ class Checkpointer:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.run_once()
+            if self.run_once() or self.analyzed_at_size is None:
+                self.analyze_if_grown()
 
 
 _checkpointers: dict[str, Checkpointer] = {}

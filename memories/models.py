@@ -103,6 +103,16 @@ class Memory(ConversationFields):
             models.Index(fields=["namespace", "created_at", "id"], name="idx_memories_list"),
             models.Index(fields=["namespace", "thread", "occurred_at", "created_at"], name="idx_memories_thread"),
             models.Index(fields=["namespace", "status"], name="idx_memories_status"),
+            # The dashboard's counts (retention/dashboard.py), answered from small partial indexes:
+            # SQLite uses an index for a boolean filter ("NOT archived") only through one whose
+            # condition is that same term.
+            models.Index(fields=["namespace", "retention_tier"], condition=Q(archived=False), name="idx_live_ns_tier"),
+            models.Index(fields=["created_at"], condition=Q(archived=False), name="idx_live_created"),
+            models.Index(fields=["expires_at"], condition=Q(archived=False, decay_eligible=True),
+                         name="idx_live_expiring"),
+            models.Index(fields=["namespace"], condition=Q(archived=False, vector_synced=False),
+                         name="idx_live_unsynced"),
+            models.Index(fields=["namespace"], condition=Q(archived=False, stale=True), name="idx_live_stale"),
         ]
         constraints = [
             # one live copy of a fact; threaded messages are events: the same words may be said twice
@@ -145,11 +155,20 @@ class Collection(models.Model):
 
 
 class MemoryRevision(models.Model):
-    """Append-only snapshot of a T0 memory's content taken before it is updated."""
+    """Append-only snapshot of a memory's content taken before a change replaced it: a T0
+    memory's edit (EDIT), every dedup merge (MERGE, with the fields the merge changed in
+    ``state``, so a curator can undo it) and the merged text an undo put aside (UNDO_MERGE)."""
+
+    class Kind(models.TextChoices):
+        EDIT = "EDIT"
+        MERGE = "MERGE"
+        UNDO_MERGE = "UNDO_MERGE"
 
     memory_id = models.UUIDField(db_index=True)
     revision = models.PositiveIntegerField()
     content = models.TextField()
+    operation = models.CharField(max_length=16, choices=Kind.choices, default=Kind.EDIT)
+    state = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField()
     updated_by = models.CharField(max_length=200)
 

@@ -14,8 +14,8 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Sum
-from django.db.models.functions import TruncDate
+from django.db.models import CharField, Count, Sum
+from django.db.models.functions import Cast, Substr
 
 from bhgbrain_site.contracts import TIERS
 from memories.curators import Namespaces, within
@@ -60,10 +60,13 @@ class Dashboard:
     scoped: bool = False
 
 
+# COUNT(*), not COUNT(id): the id is not in the partial indexes these counts are read from.
+
+
 def _tier_matrix(live: Any) -> tuple[list[tuple[str, dict[str, int], int]], dict[str, int]]:
     per_namespace: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(TIERS, 0))
     totals = dict.fromkeys(TIERS, 0)
-    for row in live.values("namespace", "retention_tier").annotate(n=Count("id")).order_by():
+    for row in live.values("namespace", "retention_tier").annotate(n=Count("*")).order_by():
         per_namespace[row["namespace"]][row["retention_tier"]] = row["n"]
         totals[row["retention_tier"]] += row["n"]
     rows = [(ns, tiers, sum(tiers.values())) for ns, tiers in per_namespace.items()]
@@ -72,13 +75,22 @@ def _tier_matrix(live: Any) -> tuple[list[tuple[str, dict[str, int], int]], dict
 
 
 def _queues(live: Any, now: datetime) -> dict[str, int]:
-    """How many memories wait in each queue a curator works (one aggregate query)."""
-    return live.aggregate(**{name: Count("id", filter=queue_condition(name, now)) for name in QUEUES})
+    """How many memories wait in each queue a curator works: one count each, so each is
+    answered by its own index (one scan with four FILTERs reads the whole table)."""
+    return {name: live.filter(queue_condition(name, now)).count() for name in QUEUES}
+
+
+def _by_day(rows: Any, column: str) -> Any:
+    """``rows`` counted per UTC day of ``column``. The day is the first 10 characters of the
+    stored time (UTC on both databases): unlike TruncDate, no per-row Python function on SQLite,
+    so the count is read from the index."""
+    day = Substr(Cast(column, output_field=CharField()), 1, 10)
+    return rows.annotate(day=day).values("day").annotate(n=Count("*")).order_by()
 
 
 def _per_day(rows: Any, days: list[date], value: str = "n") -> list[int]:
-    by_day = {row["day"]: row[value] or 0 for row in rows}
-    return [int(by_day.get(day, 0)) for day in days]
+    by_day = {str(row["day"])[:10]: row[value] or 0 for row in rows}
+    return [int(by_day.get(day.isoformat(), 0)) for day in days]
 
 
 def dashboard_snapshot(*, namespaces: Namespaces, now: datetime) -> Dashboard:
@@ -89,10 +101,8 @@ def dashboard_snapshot(*, namespaces: Namespaces, now: datetime) -> Dashboard:
     first = (now - timedelta(days=DAYS - 1)).date()
     days = [first + timedelta(days=i) for i in range(DAYS)]
     since = datetime.combine(first, datetime.min.time(), tzinfo=now.tzinfo)
-    growth = (live.filter(created_at__gte=since).annotate(day=TruncDate("created_at"))
-              .values("day").annotate(n=Count("id")).order_by())
-    archived = (within(ArchivedMemory.objects.filter(expired_at__gte=since), namespaces)
-                .annotate(day=TruncDate("expired_at")).values("day").annotate(n=Count("id")).order_by())
+    growth = _by_day(live.filter(created_at__gte=since), "created_at")
+    archived = _by_day(within(ArchivedMemory.objects.filter(expired_at__gte=since), namespaces), "expired_at")
     accesses = (within(AccessDay.objects.filter(day__gte=first), namespaces)
                 .values("day").annotate(n=Sum("accesses")).order_by())
     audit = within(AuditLog.objects.all(), namespaces).order_by("-timestamp")[:AUDIT_ROWS]

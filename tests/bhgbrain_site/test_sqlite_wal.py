@@ -54,6 +54,23 @@ def test_the_thread_checkpoints_a_moment_after_writes(tmp_path: Path) -> None:
     assert not checkpointer.running
 
 
+def test_statistics_are_refreshed_when_the_memories_table_grows_by_a_quarter(tmp_path: Path) -> None:
+    db = tmp_path / "store.sqlite3"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("CREATE TABLE memories (x TEXT, archived INTEGER)")
+    conn.execute("CREATE INDEX live ON memories (x) WHERE NOT archived")
+    checkpointer = sqlite_wal.Checkpointer(db)
+    assert checkpointer.analyze_if_grown() is False  # empty: nothing to learn
+    conn.executemany("INSERT INTO memories VALUES (?, 0)", [(str(i),) for i in range(1000)])
+    assert checkpointer.analyze_if_grown() is True
+    assert conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE idx = 'live'").fetchone()[0] == 1
+    conn.executemany("INSERT INTO memories VALUES (?, 0)", [(str(i),) for i in range(100)])
+    assert checkpointer.analyze_if_grown() is False  # +10 %: the statistics still hold
+    conn.executemany("INSERT INTO memories VALUES (?, 0)", [(str(i),) for i in range(300)])
+    assert checkpointer.analyze_if_grown() is True  # +40 %
+    conn.close()
+
+
 def test_a_missing_database_is_never_created(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.OperationalError):
         sqlite_wal.checkpoint(tmp_path / "gone.sqlite3")
