@@ -309,6 +309,18 @@ class QdrantVectorIndex:
             if offset is None:
                 return
 
+    def optimize(self, *, deleted_threshold: float) -> int:
+        """Start Qdrant's optimizers (its vacuum drops deleted points) on every bhgbrain collection:
+        any collection update triggers them (Qdrant docs, "grey collection status"); the diff also
+        sets the collection's ``deleted_threshold``. Returns how many collections were asked."""
+        from qdrant_client import models
+
+        names = self.collections(fresh=True)
+        for name in names:
+            self.client().update_collection(
+                name, optimizers_config=models.OptimizersConfigDiff(deleted_threshold=deleted_threshold))
+        return len(names)
+
     def health(self) -> tuple[str, str]:
         try:
             count = len(self.collections())

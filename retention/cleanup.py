@@ -8,13 +8,25 @@
 2. ``consolidate`` (``bhgbrain gc --consolidate``): memories not accessed for
    ``retention.decay_after_days`` with importance < 0.5 and no category are marked stale and
    expire now, so the next cleanup archives them.
-3. Change-feed rows older than ``FEED_KEEP_DAYS`` are pruned (an index that has not caught up
-   for that long reloads instead of replaying: memories/feed.py).
+3. Budgets (retention/budgets.py): a tier over ``retention.tier_budgets``, or the store over
+   ``retention.max_memories``, loses its least-used, longest-unused memories first (never T0).
+   They are always archived (whatever ``archive_before_delete`` says: they had not expired) and
+   deleted through the write funnel with a ``FORGET`` audit row, reason ``over_budget``; so
+   every trimmed memory can be restored from the archive.
+4. Change-feed rows older than ``FEED_KEEP_DAYS`` are pruned (an index that has not caught up
+   for that long reloads instead of replaying: memories/feed.py), after their deletions are
+   tallied for compaction.
+5. Compaction (retention/compaction.py) when deletions passed
+   ``retention.compaction_deleted_threshold``, or when forced (``gc --force-compact``).
+
+The report's ``expired`` counts phase 1, ``trimmed`` phase 3 per tier; ``archived`` and
+``deleted`` count both.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,14 +36,17 @@ from django.db.models import Q
 from django.utils import timezone
 
 from memories import changes
+from memories.access import tracker
 from memories.feed import feed_prune
 from memories.models import CONVERSATION_FIELDS, Memory
+from retention import budgets, compaction
 from retention.models import ArchivedMemory
 
 logger = logging.getLogger("bhgbrain.retention")
 
 BATCH = 500
 ACTOR = "system"
+Progress = Callable[[int, int], None]  # (memories done, memories to do), after each batch
 
 
 @dataclass
@@ -43,6 +58,8 @@ class CleanupReport:
     feed_rows_pruned: int = 0
     dry_run: bool = False
     tier: str | None = None
+    trimmed: dict[str, int] = field(default_factory=lambda: {"T1": 0, "T2": 0, "T3": 0})
+    compaction: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +94,18 @@ def _remove_batch(now: datetime, archive: bool, tier: str | None) -> tuple[int, 
     return len(batch), len(batch) if archive else 0
 
 
+def _trim_batch(tier: str, limit: int, now: datetime) -> int:
+    """One transaction: archive and delete up to ``limit`` of the tier's first memories in trim order."""
+    with transaction.atomic():
+        batch = list(budgets.trim_candidates(tier).select_for_update()[:min(limit, BATCH)])
+        if not batch:
+            return 0
+        ArchivedMemory.objects.bulk_create([_archive(m, now) for m in batch])
+        changes.memories_removed(batch, at=now, audit=lambda m: changes.Audit(
+            "FORGET", ACTOR, {"reason": "over_budget", "tier": m.retention_tier, "summary": m.summary, "archived": True}))
+    return len(batch)
+
+
 def memories_consolidate(*, now: datetime | None = None) -> int:
     """Mark long-unused, unimportant, uncategorised memories stale and due now."""
     now = now or timezone.now()
@@ -92,25 +121,67 @@ def memories_consolidate(*, now: datetime | None = None) -> int:
     return len(ids)
 
 
-def retention_cleanup(*, consolidate: bool = False, dry_run: bool = False, tier: str | None = None,
-                      now: datetime | None = None) -> CleanupReport:
-    """The cleanup cycle; ``consolidate`` first marks stale memories so they go in this cycle.
-    ``dry_run`` counts what would go and changes nothing; ``tier`` limits it to one tier."""
-    report, now = CleanupReport(dry_run=dry_run, tier=tier), now or timezone.now()
-    archive = settings.BHGBRAIN.retention.archive_before_delete
-    if dry_run:
-        report.expired = Memory.objects.filter(_expired(now, tier)).count()
-        report.archived = report.expired if archive else 0
-        return report
-    if consolidate:
-        report.consolidated = memories_consolidate(now=now)
+def _preview(report: CleanupReport, now: datetime, archive: bool, force_compact: bool) -> CleanupReport:
+    """What a cleanup would do now, changing nothing."""
+    report.expired = Memory.objects.filter(_expired(now, report.tier)).count()
+    report.trimmed = budgets.trim_plan(now=now, tier=report.tier)
+    report.archived = (report.expired if archive else 0) + sum(report.trimmed.values())
+    report.compaction = compaction.compaction_run(force=force_compact, dry_run=True)
+    return report
+
+
+def _expire_all(report: CleanupReport, now: datetime, archive: bool, step: Callable[[int], None]) -> None:
     while True:
-        removed, archived = _remove_batch(now, archive, tier)
+        removed, archived = _remove_batch(now, archive, report.tier)
         if not removed:
-            break
+            return
         report.expired += removed
         report.deleted += removed
         report.archived += archived
+        step(removed)
+
+
+def _trim_all(report: CleanupReport, plan: dict[str, int], now: datetime, step: Callable[[int], None]) -> None:
+    for tier, wanted in plan.items():
+        while report.trimmed[tier] < wanted:
+            removed = _trim_batch(tier, wanted - report.trimmed[tier], now)
+            if not removed:
+                break
+            report.trimmed[tier] += removed
+            report.deleted += removed
+            report.archived += removed
+            step(removed)
+
+
+def retention_cleanup(*, consolidate: bool = False, dry_run: bool = False, tier: str | None = None,
+                      force_compact: bool = False, now: datetime | None = None,
+                      progress: Progress | None = None) -> CleanupReport:
+    """The cleanup cycle: expired memories, then budgets, feed pruning and compaction.
+    ``consolidate`` first marks stale memories so they go in this cycle; ``dry_run`` counts what
+    would go and changes nothing; ``tier`` limits expiry and trimming to one tier;
+    ``force_compact`` compacts even below the threshold; ``progress(done, total)`` is called
+    after each batch of memories removed."""
+    report, now = CleanupReport(dry_run=dry_run, tier=tier), now or timezone.now()
+    archive = settings.BHGBRAIN.retention.archive_before_delete
+    if dry_run:
+        return _preview(report, now, archive, force_compact)
+    if consolidate:
+        report.consolidated = memories_consolidate(now=now)
+    tracker.flush()  # accesses this process still buffers count in the trim order
+    plan = budgets.trim_plan(now=now, tier=tier)  # expired memories do not count: they go first
+    total = Memory.objects.filter(_expired(now, tier)).count() + sum(plan.values())
+    done = 0
+
+    def step(removed: int) -> None:
+        nonlocal done
+        done += removed
+        if progress is not None:
+            progress(done, max(total, done))
+
+    _expire_all(report, now, archive, step)
+    _trim_all(report, plan, now, step)
+    compaction.deletions_tally()  # before the feed rows it counts are pruned
     report.feed_rows_pruned = feed_prune(now=now)
+    report.compaction = compaction.compaction_run(force=force_compact, now=now)
     logger.info("retention cleanup: %s", report.as_dict())
     return report

@@ -48,6 +48,22 @@ class ArchivedMemory(ConversationFields):
         return f"{self.namespace}: {self.summary}"
 
 
+class CompactionState(models.Model):
+    """How many memories were deleted since the store was last compacted (one row, pk 1).
+
+    The count comes from the change feed, which every deletion appends in its own transaction
+    (memories/changes.py): ``deletions`` holds the DELETE rows already tallied, up to feed row
+    ``counted_through``; the feed rows after it are counted live. The cleanup tallies before it
+    prunes the feed, so pruning loses nothing (retention/compaction.py)."""
+
+    deletions = models.BigIntegerField(default=0)
+    counted_through = models.BigIntegerField(default=0)  # the last change-feed id in ``deletions``
+    compacted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "compaction_state"
+
+
 class BackupRecord(models.Model):
     """A backup this store wrote (``bhgbrain backup list`` also finds .bhgb files copied in)."""
 

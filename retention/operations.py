@@ -82,13 +82,17 @@ class CleanupParams(Input):
     consolidate: bool = False
     dry_run: bool = False
     tier: Literal["T1", "T2", "T3"] | None = None
+    force_compact: bool = False
 
 
 @operation("retention.cleanup", CleanupParams, writes=lambda p: not p.dry_run, whole_store=True, tool=False)
 def retention_cleanup(params: CleanupParams, ctx: CallContext) -> dict[str, Any]:
-    """Archive and delete expired memories now (consolidate: first mark long-unused ones stale;
-    dry_run: count only; tier: only that tier)."""
-    return cleanup.retention_cleanup(consolidate=params.consolidate, dry_run=params.dry_run, tier=params.tier).as_dict()
+    """Archive and delete expired memories now, then trim tiers over their budgets (archived
+    first, never T0) and compact the store when deletions passed the threshold (consolidate:
+    first mark long-unused ones stale; dry_run: count only; tier: only that tier;
+    force_compact: compact in any case)."""
+    return cleanup.retention_cleanup(consolidate=params.consolidate, dry_run=params.dry_run, tier=params.tier,
+                                     force_compact=params.force_compact).as_dict()
 
 
 class StatsParams(Input):

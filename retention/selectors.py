@@ -15,6 +15,7 @@ from django.utils import timezone
 from memories import selectors as memory_selectors
 from memories.models import Memory
 from memories.selectors import iso, memory_counts_by_tier
+from retention import budgets, compaction
 from retention.models import ArchivedMemory
 
 _STARTED = time.monotonic()
@@ -26,13 +27,14 @@ def _component(status: str, detail: str = "") -> dict[str, str]:
 
 
 def retention_stats() -> dict[str, Any]:
-    """Counts by tier, expiring soon, archived, unsynced vectors and whether a tier budget is exceeded."""
+    """Counts by tier, expiring soon, archived, unsynced vectors, whether a budget is exceeded
+    (``over_capacity``: a tier budget or ``max_memories``), the use of every budget
+    (``budgets``: used / budget / over per tier and ``total``) and the compaction state."""
     retention = settings.BHGBRAIN.retention
     now = timezone.now()
     counts = memory_counts_by_tier()
     live = Memory.objects.filter(archived=False)
-    budgets = retention.tier_budgets
-    over_capacity = any(getattr(budgets, tier) is not None and counts[tier] > getattr(budgets, tier) for tier in counts)
+    use = budgets.budget_use(counts)
     return {
         "counts_by_tier": counts,
         "expiring_soon": live.filter(
@@ -43,15 +45,18 @@ def retention_stats() -> dict[str, Any]:
         "archived_count": Memory.objects.filter(archived=True).count()
         + ArchivedMemory.objects.filter(restored_at__isnull=True).count(),
         "unsynced_vectors": live.filter(vector_synced=False).count(),
-        "over_capacity": over_capacity,
+        "over_capacity": any(entry["over"] for entry in use.values()),
+        "budgets": use,
+        "compaction": compaction.compaction_status(),
     }
 
 
 def _retention_component(stats: dict[str, Any], memory_count: int, db_size: int) -> dict[str, str]:
     retention = settings.BHGBRAIN.retention
     problems = []
-    if stats["over_capacity"]:
-        problems.append("a tier budget is exceeded")
+    over = [name for name, entry in stats["budgets"].items() if entry["over"]]
+    if over:
+        problems.append("over budget: " + ", ".join("max_memories" if name == "total" else name for name in over))
     if stats["unsynced_vectors"]:
         problems.append(f"{stats['unsynced_vectors']} memories not in the vector index")
     if memory_count > retention.max_memories * retention.warn_at_percent / 100:

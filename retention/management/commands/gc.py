@@ -1,4 +1,5 @@
-"""``python manage.py gc [--consolidate]``: run the retention cleanup now."""
+"""``python manage.py gc [--consolidate] [--dry-run] [--tier T] [--force-compact]``: run the retention
+cleanup now (expiry, budgets, compaction)."""
 from __future__ import annotations
 
 import json
@@ -10,13 +11,17 @@ from retention.cleanup import retention_cleanup
 
 
 class Command(BaseCommand):
-    help = "Archive and delete expired memories (with --consolidate: first mark long-unused ones stale)."
+    help = ("Archive and delete expired memories, trim tiers over budget, compact when due "
+            "(with --consolidate: first mark long-unused ones stale).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--consolidate", action="store_true", help="mark stale memories first (seed: gc --consolidate)")
         parser.add_argument("--dry-run", action="store_true", help="count what would go; change nothing")
         parser.add_argument("--tier", choices=("T1", "T2", "T3"), help="only this tier")
+        parser.add_argument("--force-compact", action="store_true",
+                            help="compact the database (and Qdrant) even below retention.compaction_deleted_threshold")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        report = retention_cleanup(consolidate=options["consolidate"], dry_run=options["dry_run"], tier=options["tier"])
+        report = retention_cleanup(consolidate=options["consolidate"], dry_run=options["dry_run"], tier=options["tier"],
+                                   force_compact=options["force_compact"])
         self.stdout.write(json.dumps(report.as_dict(), indent=2))
