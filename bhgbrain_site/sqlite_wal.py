@@ -82,12 +82,12 @@ class Checkpointer:
     def run_once(self) -> bool:
         """Checkpoint if the log changed since the last call; whether it did."""
         mtime = self._log_mtime()
-        if mtime is None or mtime == self._seen:
+        if mtime is None or mtime == self._seen or not self.path.exists():  # gone: a test's database, removed
             return False
         try:
             busy, log, done = checkpoint(self.path)
         except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):  # another connection holds a lock: later
+            if any(word in str(exc) for word in ("locked", "busy", "unable to open")):  # a lock, or gone: later
                 return False
             logger.warning("background WAL checkpoint of %s failed; the next look retries", self.path, exc_info=True)
             return False
