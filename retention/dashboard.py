@@ -56,6 +56,7 @@ class Dashboard:
     accesses: list[int]
     archived: list[int]
     last_backup: BackupRecord | None
+    archived_count: int
     audit: list[AuditLog] = field(default_factory=list)
     scoped: bool = False
 
@@ -93,6 +94,22 @@ def _per_day(rows: Any, days: list[date], value: str = "n") -> list[int]:
     return [int(by_day.get(day.isoformat(), 0)) for day in days]
 
 
+def _archived_count(namespaces: Namespaces) -> int:
+    """Soft-archived memories and the archive's unrestored entries, within ``namespaces``."""
+    return (within(Memory.objects.filter(archived=True), namespaces).count()
+            + within(ArchivedMemory.objects.filter(restored_at__isnull=True), namespaces).count())
+
+
+def _health(namespaces: Namespaces) -> dict[str, Any]:
+    """The store's health; a curator of some namespaces sees each component's status only (the
+    details count the whole store)."""
+    health = store_health()
+    if namespaces is None:
+        return health
+    return {"status": health["status"],
+            "components": {name: {"status": c["status"]} for name, c in health["components"].items()}}
+
+
 def dashboard_snapshot(*, namespaces: Namespaces, now: datetime) -> Dashboard:
     """Everything the landing page shows, limited to ``namespaces`` (None: all)."""
     retention = settings.BHGBRAIN.retention
@@ -107,7 +124,7 @@ def dashboard_snapshot(*, namespaces: Namespaces, now: datetime) -> Dashboard:
                 .values("day").annotate(n=Sum("accesses")).order_by())
     audit = within(AuditLog.objects.all(), namespaces).order_by("-timestamp")[:AUDIT_ROWS]
     return Dashboard(
-        health=store_health(),
+        health=_health(namespaces),
         namespaces=matrix,
         tiers=[TierUse(t, totals[t], getattr(retention.tier_budgets, t)) for t in TIERS],
         total=sum(totals.values()),
@@ -118,6 +135,7 @@ def dashboard_snapshot(*, namespaces: Namespaces, now: datetime) -> Dashboard:
         accesses=_per_day(accesses, days),
         archived=_per_day(archived, days),
         last_backup=BackupRecord.objects.order_by("-created_at").first() if namespaces is None else None,
+        archived_count=_archived_count(namespaces),
         audit=list(audit),
         scoped=namespaces is not None,
     )
