@@ -1,14 +1,17 @@
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ORDER_VAR
 from django.contrib.auth.admin import GroupAdmin as BaseGroupAdmin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.contrib.auth.models import Group, User
-from django.db.models import QuerySet
+from django.db.models import Case, IntegerField, Q, QuerySet, Value, When
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -18,11 +21,14 @@ from unfold.admin import ModelAdmin, StackedInline
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 
 from bhgbrain_site.admin_base import ReadOnlyAdmin
-from bhgbrain_site.contracts import is_namespace
+from bhgbrain_site.contracts import MESSAGE_ID_MAX, is_namespace
 from bhgbrain_site.errors import DomainError
-from memories.admin_scope import AllNamespacesOnly, NamespaceScoped, actor, request_namespaces
+from memories.admin_console import ACTIONS, TagsField
+from memories.admin_pages import ConsolePages
+from memories.admin_scope import AllNamespacesOnly, ListExport, NamespaceScoped, actor, console, request_namespaces
 from memories.curation import EDITABLE_FIELDS, EVENT_FIELDS, memory_edit, memory_edit_check, memory_set_event
-from memories.curators import curator_scope_set, within
+from memories.curators import Namespaces, curator_scope_set, within
+from memories.exports import memories_export, memory_export_columns
 from memories.models import ApiToken, AuditLog, Collection, CuratorScope, Memory, MemoryRevision
 from memories.queues import QUEUES, queue_condition
 from memories.services import memory_forget
@@ -30,10 +36,14 @@ from memories.threads import contexts, thread_turns
 from memories.tokens import token_change, token_create
 
 THREAD_VIEW_MAX = 1000  # turns the admin's thread view shows
+SEARCH_RANKED = 300  # hybrid search hits the list shows (best first)
 
 
 class MemoryForm(forms.ModelForm):
-    """Runs the service's edit rules in the form, so a bad edit is a form error, never a 500."""
+    """Runs the service's edit rules in the form, so a bad edit is a form error, never a 500.
+    Tags are typed comma-separated (TagsField), checked with the tools' rules."""
+
+    tags = TagsField(required=False)
 
     class Meta:
         model = Memory
@@ -65,13 +75,42 @@ class QueueFilter(admin.SimpleListFilter):
         return queryset
 
 
+def _exact_matches(queryset: QuerySet[Memory], term: str, namespaces: list[str]) -> QuerySet[Memory] | None:
+    """A memory id, or a message id / thread id typed whole: those rows only (None: not one).
+    The namespaces lead so the (namespace, message_id) and (namespace, thread) indexes answer."""
+    if len(term) > MESSAGE_ID_MAX:
+        return None
+    rows = queryset.filter(Q(message_id=term) | Q(thread=term), namespace__in=namespaces)
+    return rows if rows.exists() else None
+
+
+def _ranked(queryset: QuerySet[Memory], ranked: list[str], term: str) -> QuerySet[Memory]:
+    """The hybrid hits in rank order, then the rows the search indexes leave out by design
+    (expired, awaiting the cleanup; soft-archived) whose text holds the words."""
+    now = timezone.now()
+    unindexed = queryset.filter(Q(archived=True) | Q(decay_eligible=True, expires_at__lte=now))
+    extra = list(unindexed.filter(Q(summary__icontains=term) | Q(content__icontains=term))
+                 .values_list("pk", flat=True)[:SEARCH_RANKED])
+    rank = Case(*[When(pk=pk, then=Value(i)) for i, pk in enumerate(ranked)], default=Value(len(ranked)),
+                output_field=IntegerField())
+    return queryset.filter(pk__in=[*ranked, *extra]).annotate(search_rank=rank)
+
+
 @admin.register(Memory)
-class MemoryAdmin(NamespaceScoped, ModelAdmin):
+class MemoryAdmin(ConsolePages, ListExport, NamespaceScoped, ModelAdmin):
+    """The memory list: filters (the dashboard's queues too), the product's hybrid search, the
+    curation actions (memories/admin_console.py), the review queue and merges pages
+    (memories/admin_pages.py), exports (ListExport). Edits go through the services."""
+
     form = MemoryForm
+    actions = ACTIONS
+    export_name = "memories"
     list_display = ("summary", "namespace", "collection", "type", "retention_tier", "expires_at", "access_count",
                     "vector_synced", "thread_link")
-    list_filter = (QueueFilter, "retention_tier", "namespace", "type", "source", "archived", "vector_synced", "status")
-    search_fields = ("summary", "content", "id", "thread", "message_id")
+    list_filter = (QueueFilter, "retention_tier", "namespace", "type", "source", "last_operation", "archived",
+                   "vector_synced", "status")
+    search_fields = ("summary", "content")  # only used without the search app (console.search unset)
+    search_help_text = "Hybrid search (words and meaning, any language), or an exact id, message id or thread"
     readonly_fields = ("id", "namespace", "summary", "checksum", "source", "expires_at", "decay_eligible", "review_due",
                        "created_at", "updated_at", "access_count", "last_accessed", "last_operation", "merged_from",
                        "vector_synced", "device_id", "embedding_model", "archived", "stale", "thread_link", "speaker",
@@ -95,9 +134,48 @@ class MemoryAdmin(NamespaceScoped, ModelAdmin):
         thread = path("thread/", self.admin_site.admin_view(self.thread_view), name="memories_memory_thread")
         return [thread, *super().get_urls()]
 
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        """The curation actions; "Forget…" replaces Django's bulk delete; "Archive now" only when
+        the retention app lent its service."""
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        if console.archive is None:
+            actions.pop("archive_now", None)
+        return actions
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Memory],
+                           search_term: str) -> tuple[QuerySet[Memory], bool]:
+        """The product's hybrid search (search/console.py) over the namespaces the list holds as
+        filtered (at most the curator's; one when filtered to one), in rank order; an exact
+        memory id, message id or thread id finds those rows."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            return queryset.filter(pk=uuid.UUID(term)), False
+        except ValueError:
+            pass
+        namespaces = sorted(set(queryset.order_by().values_list("namespace", flat=True).distinct()))
+        exact = _exact_matches(queryset, term, namespaces)
+        if exact is not None:
+            return exact, False
+        if console.search is None:
+            return super().get_search_results(request, queryset, search_term)
+        ranked = console.search(query=term, namespaces=namespaces, limit=SEARCH_RANKED) if namespaces else []
+        rows = _ranked(queryset, ranked, term)
+        # the list orders before it searches: rank order, unless the curator sorted by a column
+        return (rows if request.GET.get(ORDER_VAR) else rows.order_by("search_rank", "-pk")), False
+
+    def export_rows(self, rows: QuerySet[Memory], namespaces: Namespaces) -> Iterator[dict[str, Any]]:
+        return memories_export(rows=rows, namespaces=namespaces)
+
+    def export_columns(self) -> list[str]:
+        return memory_export_columns()
+
     def thread_view(self, request: HttpRequest) -> HttpResponse:
         """A thread's transcript in order, each turn linked to its memory and shown with its context."""
         namespace, thread = request.GET.get("namespace", ""), request.GET.get("thread", "")
+        self.check_namespace(request, namespace)
         turns = list(thread_turns(namespace, thread).defer("embedding")[:THREAD_VIEW_MAX])
         indexed = contexts(turns)
         rows = [{"memory": t, "context": indexed.get(str(t.id), "")} for t in turns]
@@ -127,6 +205,7 @@ class MemoryAdmin(NamespaceScoped, ModelAdmin):
 
     def delete_queryset(self, request, queryset) -> None:  # noqa: ANN001
         for memory in queryset:
+            self.check_namespace(request, memory.namespace)
             self.delete_model(request, memory)
 
 
@@ -152,7 +231,8 @@ class AuditLogAdmin(NamespaceScoped, ReadOnlyAdmin):
 
 @admin.register(MemoryRevision)
 class MemoryRevisionAdmin(ReadOnlyAdmin):
-    list_display = ("memory_id", "revision", "updated_at", "updated_by")
+    list_display = ("memory_id", "revision", "operation", "updated_at", "updated_by")
+    list_filter = ("operation",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[MemoryRevision]:
         namespaces = request_namespaces(request)
@@ -258,12 +338,11 @@ class UserAdmin(AllNamespacesOnly, BaseUserAdmin, ModelAdmin):
         if formset.model is not CuratorScope:
             super().save_formset(request, form, formset, change)
             return
-        for row in formset.forms:
-            if not row.has_changed() and not (formset.can_delete and formset._should_delete_form(row)):  # noqa: SLF001
-                continue
-            deleted = formset.can_delete and formset._should_delete_form(row)  # noqa: SLF001
-            curator_scope_set(user_id=form.instance.pk, actor=actor(request),
-                              namespaces=None if deleted else row.cleaned_data["namespaces"])
+        formset.save(commit=False)  # what changed, for Django's change message; the service writes
+        for _scope in formset.deleted_objects:
+            curator_scope_set(user_id=form.instance.pk, namespaces=None, actor=actor(request))
+        for scope in [*formset.new_objects, *(obj for obj, _fields in formset.changed_objects)]:
+            curator_scope_set(user_id=form.instance.pk, namespaces=scope.namespaces, actor=actor(request))
 
 
 @admin.register(Group)

@@ -12,6 +12,9 @@ the feed keeps the change for other processes, Qdrant and the scheduled ``vector
   (the full-text index does so from ``search/apps.py``).
 - Writes that change no memory (categories, tokens, backups) record their audit row with
   :func:`audit`.
+- A change that replaces a memory's content may keep what it replaced: :func:`memory_saved`
+  takes a :class:`Revision` (T0 edits, every dedup merge, an undone merge) and writes the
+  ``memory_revisions`` row in the same transaction.
 
 How the feed is read and pruned: memories/feed.py.
 """
@@ -26,10 +29,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from memories import threads
-from memories.models import AuditLog, Memory, VectorChange
+from memories.models import AuditLog, Memory, MemoryRevision, VectorChange
 from memories.vector_index import get_vector_index
 
 logger = logging.getLogger("bhgbrain.changes")
@@ -75,6 +79,18 @@ class Audit:
     operation: str
     actor: str
     details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Revision:
+    """What a memory said before a change replaced it (a ``memory_revisions`` row): ``operation``
+    EDIT (a T0 memory's content edited), MERGE (a dedup merge; ``state`` holds the fields the
+    merge changed and ``after_checksum``, so it can be undone) or UNDO_MERGE (the merged text an
+    undo put aside)."""
+
+    operation: str
+    content: str
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -170,11 +186,21 @@ def _neighbours_changed(neighbours: Sequence[Memory]) -> None:
         _feed([n.id for n in neighbours], VectorChange.Op.UPSERT)
 
 
+def _revision_row(memory: Memory, revision: Revision, actor: str, at: datetime) -> None:
+    """Append the memory's next revision (the caller holds the memory's row lock)."""
+    latest = MemoryRevision.objects.filter(memory_id=memory.id).aggregate(m=Max("revision"))["m"] or 0
+    MemoryRevision.objects.create(memory_id=memory.id, revision=latest + 1, content=revision.content,
+                                  operation=revision.operation, state=revision.state, updated_at=at, updated_by=actor)
+
+
 def memory_saved(memory: Memory, *, audit: Audit | None, at: datetime, insert: bool = False,
-                 fields: Iterable[str] | None = None, sync: bool = True) -> int | None:
+                 fields: Iterable[str] | None = None, sync: bool = True, revision: Revision | None = None) -> int | None:
     """Insert (``insert``) or update one memory (only ``fields`` when given) with every side
-    effect; returns the feed row's id (None when no indexed field changed)."""
+    effect; ``revision``: keep what it said before (by the audit's actor). Returns the feed
+    row's id (None when no indexed field changed)."""
     changed = frozenset(fields) if fields is not None else None
+    if revision is not None:
+        _revision_row(memory, revision, audit.actor if audit is not None else "system", at)
     if insert:
         memory.save(force_insert=True)
     else:

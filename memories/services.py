@@ -8,7 +8,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from bhgbrain_site.contracts import MAX_TAGS
@@ -18,7 +17,7 @@ from memories.dedup import semantic_match
 from memories.embeddings import get_embedder, to_bytes
 from memories.messages import message_remember
 from memories.models import Collection, Memory, MemoryRevision, Operation
-from memories.selectors import parse_memory_id
+from memories.selectors import iso, parse_memory_id
 from memories.writing import (
     Prepared,
     RememberInput,
@@ -32,7 +31,8 @@ from memories.writing import (
 )
 
 __all__ = ["RememberInput", "RememberResult", "memory_remember", "memory_forget", "memory_tag", "memories_vector_sync",
-           "collection_create", "collection_delete", "live_memory", "snapshot_revision", "apply_vector", "embed_or_degrade"]
+           "collection_create", "collection_delete", "live_memory", "merge_state", "apply_vector", "embed_or_degrade",
+           "ensure_collection"]
 
 logger = logging.getLogger("bhgbrain.memories")
 
@@ -50,11 +50,14 @@ def _insert(prep: Prepared, actor: str, now: datetime) -> Memory:
     return memory
 
 
-def snapshot_revision(memory: Memory, actor: str, now: datetime) -> None:
-    latest = MemoryRevision.objects.filter(memory_id=memory.id).aggregate(m=Max("revision"))["m"] or 0
-    MemoryRevision.objects.create(
-        memory_id=memory.id, revision=latest + 1, content=memory.content, updated_at=now, updated_by=actor
-    )
+MERGE_FIELDS = ("tags", "importance", "category", "retention_tier", "expires_at", "decay_eligible", "review_due",
+                "last_operation", "merged_from")  # what a merge may change besides the content
+
+
+def merge_state(memory: Memory) -> dict[str, Any]:
+    """The fields a merge may change, as JSON (a MERGE revision's ``state``: what an undo restores)."""
+    return {name: iso(value) if isinstance(value, datetime) else value
+            for name, value in ((name, getattr(memory, name)) for name in MERGE_FIELDS)}
 
 
 def _merge_tags(existing: list[str], incoming: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -63,10 +66,10 @@ def _merge_tags(existing: list[str], incoming: tuple[str, ...]) -> tuple[list[st
 
 
 def _update(target: Memory, prep: Prepared, actor: str, now: datetime) -> Memory:
-    """UPDATE merge: tags ∪, content replaced, importance max, tier/expiry recomputed."""
+    """UPDATE merge: tags ∪, content replaced, importance max, tier/expiry recomputed. Every merge
+    keeps what the memory said before as a MERGE revision (memories/merges.py undoes it)."""
     data = prep.data
-    if target.retention_tier == "T0":
-        snapshot_revision(target, actor, now)
+    before = changes.Revision(MemoryRevision.Kind.MERGE, target.content, merge_state(target))
     classified = tiers.assign_tier(
         content=prep.content, tags=[*target.tags, *data.tags], source=data.source, memory_type=data.type,
         category=data.category or target.category, explicit_tier=data.retention_tier,
@@ -84,7 +87,8 @@ def _update(target: Memory, prep: Prepared, actor: str, now: datetime) -> Memory
     target.last_operation, target.merged_from, target.updated_at = Operation.UPDATE, str(target.id), now
     apply_vector(target, prep.vector, prep.embedder)
     audit = changes.Audit("UPDATE", actor, {"previous": previous, "tier": tier, "tags_dropped": dropped})
-    changes.memory_saved(target, audit=audit, at=now)
+    revision = dataclasses.replace(before, state={**before.state, "after_checksum": target.checksum})
+    changes.memory_saved(target, audit=audit, at=now, revision=revision)
     return target
 
 

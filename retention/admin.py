@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import date
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
@@ -14,16 +16,22 @@ from unfold.admin import ModelAdmin
 from bhgbrain_site.admin_base import ReadOnlyAdmin
 from bhgbrain_site.contracts import TIERS
 from bhgbrain_site.errors import DomainError
-from memories.admin_scope import AllNamespacesOnly, NamespaceScoped, request_namespaces
+from memories.admin_scope import AllNamespacesOnly, ListExport, NamespaceScoped, console, request_namespaces
+from memories.curators import Namespaces
 from memories.queues import QUEUES
-from retention.archive import archive_restore
+from retention.archive import archive_export, archive_restore, archived_to_dict, memory_archive
 from retention.dashboard import Dashboard, dashboard_snapshot
 from retention.models import ArchivedMemory, BackupRecord
 
+console.archive = memory_archive  # the memory list's "Archive now" and the review queue's "Archive"
+
 
 @admin.register(ArchivedMemory)
-class ArchivedMemoryAdmin(NamespaceScoped, ModelAdmin):
-    """Read-only: archived memories change only by being restored (the action below)."""
+class ArchivedMemoryAdmin(ListExport, NamespaceScoped, ModelAdmin):
+    """Read-only: archived memories change only by being restored (the action below). The list
+    downloads as JSON Lines or CSV (ListExport: the filters and search as they are)."""
+
+    export_name = "archive"
 
     list_display = ("summary", "namespace", "collection", "tier", "expired_at", "restored_at")
     list_filter = ("tier", "namespace", ("restored_at", admin.EmptyFieldListFilter))
@@ -36,6 +44,12 @@ class ArchivedMemoryAdmin(NamespaceScoped, ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
         return False
+
+    def export_rows(self, rows: QuerySet[ArchivedMemory], namespaces: Namespaces) -> Iterator[dict[str, Any]]:
+        return archive_export(rows=rows, namespaces=namespaces)
+
+    def export_columns(self) -> list[str]:
+        return list(archived_to_dict(ArchivedMemory()))
 
     @admin.action(description="Restore the selected memories (same id, tier T2)")
     def restore(self, request, queryset) -> None:  # noqa: ANN001

@@ -1,4 +1,5 @@
-"""The archive: list, search and restore memories the retention cleanup removed.
+"""The archive: list, search and restore memories the retention cleanup removed; a curator's
+"archive now"; the archive's export.
 
 A restore is lossless: the memory comes back with its id, content, tags, type, importance,
 collection, category, device and creation time (its vector too when the model is unchanged),
@@ -7,21 +8,27 @@ as a T2 memory with a fresh expiry (the seed's rule; ``tier`` chooses another).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from bhgbrain_site.contracts import TIERS
 from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
 from memories import changes, threads, tiers
+from memories.curators import Namespaces, within
 from memories.embeddings import get_embedder, to_bytes
 from memories.models import CONVERSATION_FIELDS, Memory, Operation
 from memories.selectors import iso
+from memories.services import live_memory
 from memories.text import analyze_query
+from retention.cleanup import _archive as archived_copy  # the cleanup's own copy of a memory: one definition
 from retention.models import ArchivedMemory
+
+EXPORT_CHUNK = 2000  # rows read at a time by an export
 
 
 def archived_to_dict(item: ArchivedMemory) -> dict[str, Any]:
@@ -118,3 +125,26 @@ def archive_restore(*, memory_id: str, namespace: str, actor: str, tier: str = "
         ArchivedMemory.objects.filter(pk=item.pk).update(restored_at=now)
     return {"restored": True, "id": str(pk), "namespace": namespace, "retention_tier": tier,
             "expires_at": iso(meta.expires_at), "vector_synced": synced}
+
+
+def memory_archive(*, memory_id: str, actor: str, namespace: str | None = None) -> dict[str, Any]:
+    """A curator's "archive now": the live memory is copied whole into the archive, exactly as the
+    cleanup archives an expired one (restorable with :func:`archive_restore`), and deleted through
+    the write funnel (every index, other processes and Qdrant are told). ``namespace``: the memory
+    must belong to it (NOT_FOUND otherwise). One ARCHIVE audit row."""
+    now = timezone.now()
+    with transaction.atomic():
+        memory = live_memory(memory_id, namespace)
+        archived_copy(memory, now).save(force_insert=True)
+        audit = changes.Audit("ARCHIVE", actor, {"reason": "curator", "tier": memory.retention_tier,
+                                                 "summary": memory.summary})
+        changes.memories_removed([memory], audit=lambda _m: audit, at=now)
+    return {"archived": True, "id": str(memory.id), "namespace": memory.namespace}
+
+
+def archive_export(*, rows: QuerySet[ArchivedMemory], namespaces: Namespaces,
+                   chunk_size: int = EXPORT_CHUNK) -> Iterator[dict[str, Any]]:
+    """Every archive entry of ``rows`` within ``namespaces`` (None: all) as ``archived_to_dict``
+    shapes it, read ``chunk_size`` rows at a time (a 100k-row archive never sits in memory)."""
+    for item in within(rows, namespaces).defer("embedding").iterator(chunk_size=chunk_size):
+        yield archived_to_dict(item)
