@@ -14,9 +14,8 @@ from asgiref.sync import sync_to_async  # noqa: E402
 from django.conf import settings  # noqa: E402 - needs the app registry
 
 from bhgbrain_site.errors import AuthRequired  # noqa: E402
-from bhgbrain_site.security import http_guard, is_loopback, respond_error  # noqa: E402
+from bhgbrain_site.security import authenticate, http_guard, is_loopback, respond_error  # noqa: E402
 from mcp_bridge.server import PRINCIPAL_SCOPE_KEY, build_server  # noqa: E402
-from memories.tokens import principal_for  # noqa: E402
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -42,7 +41,8 @@ mcp_app = _mcp_app()
 async def _authenticate(scope: Scope) -> bool:
     """Find the caller's principal and leave it in the scope for the MCP server; False if none."""
     header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-    principal = await sync_to_async(principal_for, thread_sensitive=False)(header)
+    peer = (scope.get("client") or ("unknown", 0))[0]
+    principal = await sync_to_async(authenticate, thread_sensitive=False)(header, peer=peer, path=scope.get("path", ""))
     if principal is None:
         return False
     scope[PRINCIPAL_SCOPE_KEY] = principal

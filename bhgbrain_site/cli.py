@@ -14,6 +14,16 @@ from collections.abc import Sequence
 from typing import Any
 
 
+class CommandParser(argparse.ArgumentParser):
+    """Every (sub)command accepts ``--config=PATH``, before or after the subcommand (the seed
+    writes ``server start --stdio --config=PATH``); the last one given wins."""
+
+    def __init__(self, *args: Any, config_default: str | None = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("--config", default=config_default,
+                          help="path of config.json (default: $BHGBRAIN_CONFIG or ~/.bhgbrain/config.json)")
+
+
 def _setup_django(config: str | None) -> None:
     if config:
         os.environ["BHGBRAIN_CONFIG"] = os.path.abspath(os.path.expanduser(config))
@@ -26,6 +36,18 @@ def _setup_django(config: str | None) -> None:
     except ImproperlyConfigured as exc:
         print(f"bhgbrain: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def migrate_store() -> None:
+    """Create or upgrade the store's tables: every command that reads or writes it works on a
+    brand-new data dir."""
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0, stdout=sys.stderr)
+
+
+# `bhgbrain manage <these>` inspect or change the migrations themselves: never migrate first
+MIGRATION_COMMANDS = frozenset({"migrate", "makemigrations", "showmigrations", "sqlmigrate", "squashmigrations", "help"})
 
 
 def _err(message: str) -> None:
@@ -102,9 +124,7 @@ def _serve_stdio(config: str | None) -> int:
 
     def start_django() -> None:
         _setup_django(None)
-        from django.core.management import call_command
-
-        call_command("migrate", interactive=False, verbosity=0, stdout=sys.stderr)
+        migrate_store()
         from search.services import start_warming
 
         start_warming()
@@ -117,7 +137,6 @@ def _serve_stdio(config: str | None) -> int:
 
 def cmd_server_start(args: argparse.Namespace) -> int:
     from django.conf import settings
-    from django.core.management import call_command
 
     from bhgbrain_site.security import StartupRefused, check_binding
 
@@ -135,7 +154,7 @@ def cmd_server_start(args: argparse.Namespace) -> int:
     except StartupRefused as exc:
         _err(str(exc))
         return 2
-    call_command("migrate", interactive=False, verbosity=0)
+    migrate_store()
     from search.services import start_warming
 
     start_warming()
@@ -193,15 +212,15 @@ def _print_result(result: Any) -> None:
 
 
 def cmd_tool(args: argparse.Namespace) -> int:
-    from django.core.management import call_command
-
     from bhgbrain_site import registry
     from bhgbrain_site.errors import DomainError, to_envelope
+    from bhgbrain_site.progress import terminal_progress
 
-    call_command("migrate", interactive=False, verbosity=0)
     try:
         arguments = json.loads(args.arguments)
-        _print_result(registry.call_tool(args.name, arguments, registry.CallContext(actor="cli")))
+        with terminal_progress(args.name) as progress:
+            result = registry.call_tool(args.name, arguments, registry.CallContext(actor="cli", progress=progress))
+        _print_result(result)
     except json.JSONDecodeError:
         _err("arguments must be a JSON object")
         return 2
@@ -217,12 +236,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 
 def cmd_token_create(args: argparse.Namespace) -> int:
-    from django.core.management import call_command
-
     from bhgbrain_site.errors import DomainError
     from memories.tokens import token_create
 
-    call_command("migrate", interactive=False, verbosity=0)
     try:
         row, plain = token_create(name=args.name, namespaces=args.namespace, read_only=args.read_only, actor="cli")
     except DomainError as exc:
@@ -252,8 +268,8 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bhgbrain", description="BHGBrain: a persistent memory server for AI agents")
-    parser.add_argument("--config", help="path of config.json (default: $BHGBRAIN_CONFIG or ~/.bhgbrain/config.json)")
+    parser = CommandParser(prog="bhgbrain", description="BHGBrain: a persistent memory server for AI agents",
+                           config_default=None)
     sub = parser.add_subparsers(dest="command", required=True)
 
     server = sub.add_parser("server", help="run or inspect the server").add_subparsers(dest="server_command", required=True)
@@ -262,9 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--port", type=int)
     start.add_argument("--no-scheduler", action="store_true", help="do not start the django-q2 cluster")
     start.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout (for Claude Desktop, Codex, ...)")
-    start.set_defaults(func=cmd_server_start)
-    server.add_parser("status", help="query /health of the running server").set_defaults(func=cmd_server_status)
-    server.add_parser("token", help="print a new random bearer token").set_defaults(func=cmd_server_token)
+    start.set_defaults(func=cmd_server_start, store=False)  # it migrates itself, after checking the binding
+    server.add_parser("status", help="query /health of the running server").set_defaults(func=cmd_server_status, store=False)
+    server.add_parser("token", help="print a new random bearer token").set_defaults(func=cmd_server_token, store=False)
 
     sub.add_parser("health", help="full health check (in-process)").set_defaults(func=cmd_health)
     token = sub.add_parser("token", help="scoped API tokens").add_subparsers(dest="token_command", required=True)
@@ -301,10 +317,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "manage":
         from django.core.management import execute_from_command_line
 
+        if rest and rest[0] not in MIGRATION_COMMANDS and not rest[0].startswith("-"):
+            migrate_store()  # e.g. createsuperuser on a brand-new store
         execute_from_command_line(["bhgbrain manage", *rest])
         return 0
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if getattr(args, "store", True):  # every command that reads or writes the store
+        migrate_store()
     return int(args.func(args) or 0)
 
 

@@ -1,9 +1,10 @@
 """The seed's store commands of the ``bhgbrain`` CLI: list, search, show, tier, stats, audit,
-category, gc, archive, backup.
+category, gc, archive, backup, and repair.
 
 Each turns its arguments into one operation call (bhgbrain_site.registry) and prints the
 result as JSON; errors print the envelope and exit 1. They run in-process on the configured
-store (no server needed), as the local user (full access).
+store (no server needed, migrated first by ``bhgbrain_site.cli.main``), as the local user
+(full access). Long ones draw a progress bar on a terminal (bhgbrain_site.progress).
 """
 from __future__ import annotations
 
@@ -23,16 +24,16 @@ def _ns(args: argparse.Namespace) -> str:
     return args.namespace or settings.BHGBRAIN.defaults.namespace
 
 
-def _run(operation: str, arguments: dict[str, Any]) -> int:
-    """Migrate if needed, run the operation, print its result (or the error envelope)."""
-    from django.core.management import call_command
-
+def _run(operation: str, arguments: dict[str, Any], label: str | None = None) -> int:
+    """Run the operation (a bar labelled ``label`` on a terminal if it reports progress) and
+    print its result, or the error envelope."""
     from bhgbrain_site import registry
     from bhgbrain_site.errors import DomainError, to_envelope
+    from bhgbrain_site.progress import terminal_progress
 
-    call_command("migrate", interactive=False, verbosity=0)
     try:
-        result, code = registry.call(operation, arguments, registry.CallContext(actor="cli")), 0
+        with terminal_progress(label or operation) as progress:
+            result, code = registry.call(operation, arguments, registry.CallContext(actor="cli", progress=progress)), 0
     except DomainError as exc:
         result, code = to_envelope(exc)[1], 1
     print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
@@ -40,7 +41,12 @@ def _run(operation: str, arguments: dict[str, Any]) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    return _run("memories.list", {"namespace": _ns(args), "limit": args.limit})
+    arguments: dict[str, Any] = {"namespace": _ns(args), "limit": args.limit}
+    if args.cursor:
+        arguments["cursor"] = args.cursor
+    if args.expiring_within is not None:
+        arguments["expiring_within"] = args.expiring_within  # the operation validates it ("7d", "12h")
+    return _run("memories.list", arguments)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -80,8 +86,8 @@ def cmd_category(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    arguments: dict[str, Any] = {"consolidate": args.consolidate, "dry_run": args.dry_run}
-    return _run("retention.cleanup", {**arguments, "tier": args.tier} if args.tier else arguments)
+    arguments: dict[str, Any] = {"consolidate": args.consolidate, "dry_run": args.dry_run, "force_compact": args.force_compact}
+    return _run("retention.cleanup", {**arguments, "tier": args.tier} if args.tier else arguments, label="gc")
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
@@ -95,8 +101,14 @@ def cmd_archive(args: argparse.Namespace) -> int:
 def cmd_backup(args: argparse.Namespace) -> int:
     """backup create | list | restore PATH; the CLI runs on the server, so restore reads any path."""
     if args.backup_command == "restore":
-        return _run("backups.restore_file", {"path": os.path.abspath(args.path)})
-    return _run("backup", {"action": args.backup_command})
+        return _run("backups.restore_file", {"path": os.path.abspath(args.path)}, label="backup restore")
+    return _run("backup", {"action": args.backup_command}, label=f"backup {args.backup_command}")
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Rebuild this store from the shared Qdrant (the repair tool)."""
+    arguments: dict[str, Any] = {"dry_run": args.dry_run}
+    return _run("repair", {**arguments, "device_id": args.device_id} if args.device_id else arguments)
 
 
 def _command(parent: Any, name: str, helptext: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
@@ -108,7 +120,11 @@ def _command(parent: Any, name: str, helptext: str, func: Callable[[argparse.Nam
 
 
 def _add_reads(sub: Any) -> None:
-    _command(sub, "list", "recent memories, newest first", cmd_list).add_argument("--limit", type=int, default=20)
+    listing = _command(sub, "list", "recent memories, newest first", cmd_list)
+    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--cursor", help="the cursor of the previous page")
+    listing.add_argument("--expiring-within", metavar="DURATION",
+                         help="only memories that expire within it: a number and d, h or m (7d, 12h, 30m)")
     search = _command(sub, "search", "hybrid search (or --mode fulltext|semantic)", cmd_search)
     search.add_argument("query")
     search.add_argument("--mode", choices=("hybrid", "fulltext", "semantic"), default="hybrid")
@@ -150,6 +166,8 @@ def _add_retention(sub: Any) -> None:
     gc.add_argument("--consolidate", action="store_true", help="first mark long-unused, unimportant memories stale")
     gc.add_argument("--dry-run", action="store_true", help="count what would be archived and deleted; change nothing")
     gc.add_argument("--tier", choices=TIERS[1:], help="only this tier (T0 never expires)")
+    gc.add_argument("--force-compact", action="store_true",
+                    help="compact the database (and Qdrant) even below retention.compaction_deleted_threshold")
     gc.set_defaults(func=cmd_gc)
     archive = sub.add_parser("archive", help="memories removed by the cleanup").add_subparsers(dest="archive_command", required=True)
     _command(archive, "list", "recently archived", cmd_archive).add_argument("--limit", type=int, default=20)
@@ -170,7 +188,14 @@ def _add_backup(sub: Any) -> None:
     restore.set_defaults(func=cmd_backup)
 
 
+def _add_repair(sub: Any) -> None:
+    repair = sub.add_parser("repair", help="recover memories missing here from the shared Qdrant (vector_index qdrant)")
+    repair.add_argument("--dry-run", action="store_true", help="count what would be recovered; change nothing")
+    repair.add_argument("--device-id", help="only the memories this device created")
+    repair.set_defaults(func=cmd_repair)
+
+
 def add_store_commands(sub: Any) -> None:
     """The seed's store commands, onto the ``bhgbrain`` parser's subcommands."""
-    for add in (_add_reads, _add_tier, _add_category, _add_retention, _add_backup):
+    for add in (_add_reads, _add_tier, _add_category, _add_retention, _add_backup, _add_repair):
         add(sub)

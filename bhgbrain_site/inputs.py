@@ -3,10 +3,11 @@ types, the seed's limits from bhgbrain_site.contracts. The models themselves liv
 app's ``operations.py``."""
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Annotated
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from bhgbrain_site.contracts import (
     CATEGORY_NAME_PATTERN,
@@ -45,3 +46,17 @@ def _aware(value: datetime) -> datetime:
 
 # ISO 8601 text (a time without a zone is UTC) or Unix seconds; accepted as text even in strict models
 Timestamp = Annotated[datetime, Field(strict=False), AfterValidator(_aware)]
+
+_DURATION = re.compile(r"([1-9][0-9]{0,5})([dhm])")
+_DURATION_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
+
+
+def _duration(value: Any) -> timedelta:
+    found = _DURATION.fullmatch(value.strip()) if isinstance(value, str) else None
+    if found is None:
+        raise ValueError("expected a positive number and a unit d, h or m, e.g. 7d, 12h or 30m")
+    return timedelta(**{_DURATION_UNITS[found[2]]: int(found[1])})
+
+
+# a window such as "7d", "12h" or "30m" (the seed's `list --expiring-within 7d`)
+Duration = Annotated[timedelta, BeforeValidator(_duration)]

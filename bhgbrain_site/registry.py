@@ -54,12 +54,20 @@ class Principal:
 FULL_ACCESS = Principal(name="full", namespaces=None)
 
 
+# A long operation's progress report: (stage, done, total or None when unknown). Services take
+# one as an optional ``progress`` argument and call it; only an interface decides how to show
+# it (the CLI draws a bar on a terminal), so services stay free of UI.
+Progress = Callable[[str, int, int | None], None]
+
+
 @dataclass(frozen=True)
 class CallContext:
-    """Who is calling: ``actor`` for the audit log (``client_id``), ``principal`` for access."""
+    """Who is calling: ``actor`` for the audit log (``client_id``), ``principal`` for access,
+    ``progress`` for long operations (None: nobody watches)."""
 
     actor: str
     principal: Principal = FULL_ACCESS
+    progress: Progress | None = None
 
 
 Handler = Callable[[Any, CallContext], dict[str, Any]]

@@ -61,8 +61,29 @@ def check_binding(config: BHGBrainConfig, host: str) -> list[str]:
     )
 
 
+def token_preview(token: str) -> str:
+    """A failed token as the logs show it: at most 8 characters and never more than a third of
+    it (a short token is not given away), then an ellipsis."""
+    return token[: min(8, len(token) // 3)] + "…"
+
+
+def authenticate(authorization: str | None, *, peer: str, path: str) -> Principal | None:
+    """The principal of an Authorization header; a refusal is logged with a shortened token
+    (the seed: failed authentication shows only a truncated preview of the invalid token)."""
+    principal = principal_for(authorization)
+    if principal is None:
+        scheme, _, supplied = (authorization or "").partition(" ")
+        if scheme.lower() == "bearer" and supplied.strip():
+            offered = f"invalid token {token_preview(supplied.strip())}"
+        else:  # never echo another scheme's header: it may be a bare token (and "bearer <word>" is redacted)
+            offered = "no token" if not authorization else "no token (an Authorization header of another scheme than 'bearer')"
+        logger.warning("authentication failed: %s from %s for %s", offered, peer, path[:200])
+    return principal
+
+
 def _principal(request: HttpRequest) -> Principal | None:
-    return principal_for(request.META.get("HTTP_AUTHORIZATION"))
+    peer = request.META.get("REMOTE_ADDR") or "unknown"
+    return authenticate(request.META.get("HTTP_AUTHORIZATION"), peer=peer, path=request.path)
 
 
 def _denied() -> JsonResponse:

@@ -12,6 +12,7 @@ from typing import Any
 from django.db import transaction
 
 from bhgbrain_site.errors import InvalidInput
+from bhgbrain_site.registry import Progress
 from memories import normalize, tiers
 from memories.models import BootstrapSession, Memory
 from memories.services import RememberInput, memory_forget, memory_remember
@@ -182,8 +183,10 @@ def _plan(fmt: str, content: str) -> list[tuple[Section | None, str, str | None]
     return plan
 
 
-def profile_import(*, namespace: str, fmt: str, content: str, dry_run: bool, actor: str) -> dict[str, Any]:
-    """Import a structured profile (sections by heading) or freeform text (paragraphs)."""
+def profile_import(*, namespace: str, fmt: str, content: str, dry_run: bool, actor: str,
+                   progress: Progress | None = None) -> dict[str, Any]:
+    """Import a structured profile (sections by heading) or freeform text (paragraphs);
+    ``progress`` hears ("memories", paragraphs stored, paragraphs planned) after each one."""
     plan = _plan(fmt, content)
     if not plan:
         raise InvalidInput("content: nothing to import")
@@ -196,10 +199,12 @@ def profile_import(*, namespace: str, fmt: str, content: str, dry_run: bool, act
         out.update(memories_created=0, duplicates_skipped=0, previews=[_preview(s, c, h) for s, c, h in plan])
         return out
     created = skipped = 0
-    for section, chunk, _heading in plan:
+    for done, (section, chunk, _heading) in enumerate(plan, start=1):
         _memory_id, operation = _store(section, chunk, namespace, actor)
         created += operation != "NOOP"
         skipped += operation == "NOOP"
+        if progress is not None:
+            progress("memories", done, len(plan))
     out.update(memories_created=created, duplicates_skipped=skipped)
     return out
 

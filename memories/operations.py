@@ -26,6 +26,7 @@ from bhgbrain_site.errors import InvalidInput, NotFound
 from bhgbrain_site.inputs import (
     CollectionName,
     Cursor,
+    Duration,
     Input,
     MemoryId,
     MessageId,
@@ -236,7 +237,7 @@ def import_(params: ImportParams, ctx: CallContext) -> dict[str, Any]:
     the bootstrap sections) or freeform text (paragraphs) as memories. dry_run returns previews
     (content, collection, type, tier, tags, section) without storing anything."""
     return bootstrap.profile_import(namespace=params.namespace, fmt=params.format, content=params.content,
-                                    dry_run=params.dry_run, actor=ctx.actor)
+                                    dry_run=params.dry_run, actor=ctx.actor, progress=ctx.progress)
 
 
 class RepairParams(Input):
@@ -251,7 +252,8 @@ def repair_(params: RepairParams, ctx: CallContext) -> dict[str, Any]:
     are inserted with their metadata, expiry, device id and vector. dry_run reports only;
     device_id limits recovery to memories one device created. Returns collections_scanned,
     points_scanned, already_in_sqlite, skipped_no_content, recovered, errors."""
-    return repair.repair_from_index(dry_run=params.dry_run, device_id=params.device_id, actor=ctx.actor).as_dict()
+    return repair.repair_from_index(dry_run=params.dry_run, device_id=params.device_id, actor=ctx.actor,
+                                    progress=ctx.progress).as_dict()
 
 
 # --------------------------------------------------------------------------- reads (REST, CLI, resources)
@@ -264,13 +266,16 @@ class MemoriesListParams(Input):
     type: MemoryTypeName | None = None
     tier: Tier | None = None
     tag: Tag | None = None
+    expiring_within: Duration | None = None  # "7d", "12h", "30m"
 
 
 @operation("memories.list", MemoriesListParams, tool=False)
 def memories_list(params: MemoriesListParams, ctx: CallContext) -> dict[str, Any]:
-    """Memories of a namespace, newest first, keyset-paginated; filters: type, tier, tag."""
+    """Memories of a namespace, newest first, keyset-paginated; filters: type, tier, tag, and
+    expiring_within (e.g. "7d": only memories whose expiry falls within that window from now)."""
     return selectors.memories_page(namespace=_namespace(params.namespace), limit=params.limit, cursor=params.cursor,
-                                   memory_type=params.type, tier=params.tier, tag=params.tag)
+                                   memory_type=params.type, tier=params.tier, tag=params.tag,
+                                   expiring_within=params.expiring_within)
 
 
 class MemoryParams(Input):

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from bhgbrain_site.errors import InvalidInput
+from bhgbrain_site.registry import Progress
 from memories import changes
 from memories.models import Memory
 from memories.qdrant_index import memory_from_point
@@ -84,18 +85,21 @@ def _recover(point: StoredPoint, index: VectorIndex, report: RepairReport, devic
     return memory
 
 
-def repair_from_index(*, dry_run: bool, device_id: str | None, actor: str) -> RepairReport:
-    """Insert every memory the shared index holds and this store lacks (``dry_run``: count only)."""
+def repair_from_index(*, dry_run: bool, device_id: str | None, actor: str,
+                      progress: Progress | None = None) -> RepairReport:
+    """Insert every memory the shared index holds and this store lacks (``dry_run``: count only).
+    ``progress`` hears (collection, points scanned so far, None) after each point."""
     index = _shared_index()
     report = RepairReport(dry_run=dry_run)
-    for _name, points in index.scan():
+    for name, points in index.scan():
         report.collections_scanned += 1
         for point in points:
             report.points_scanned += 1
             memory = _recover(point, index, report, device_id)
-            if memory is None:
-                continue
-            report.recovered += 1
-            if not dry_run:
-                _insert(memory, actor)
+            if memory is not None:
+                report.recovered += 1
+                if not dry_run:
+                    _insert(memory, actor)
+            if progress is not None:
+                progress(name, report.points_scanned, None)
     return report

@@ -36,6 +36,14 @@ T0_KEYWORDS = re.compile(
 )
 
 
+# The seed: "bootstrap memories default to T0": ingested with source import and both tags.
+BOOTSTRAP_PROFILE_TAGS = frozenset({"bootstrap", "profile"})
+
+
+def is_bootstrap_profile(source: str, tags: Iterable[str]) -> bool:
+    return source == "import" and BOOTSTRAP_PROFILE_TAGS <= {t.lower() for t in tags}
+
+
 def is_transient(content: str) -> bool:
     return any(p.search(content) for p in TRANSIENT_PATTERNS.values())
 
@@ -59,6 +67,8 @@ def assign_tier(
         return explicit_tier  # 1. caller override
     if category:
         return "T0"  # 2. category slots never expire
+    if is_bootstrap_profile(source, tags):
+        return "T0"  # the seed: "bootstrap memories default to T0", whatever their words
     if source == "agent" and memory_type == "procedural":
         return "T1"  # 3a
     if source == "agent" and memory_type == "episodic":

@@ -12,7 +12,7 @@ import sqlite3
 import struct
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from bhgbrain_site.registry import Progress
 from categories.models import Category, CategoryRevision
 from memories import changes
 from memories.embeddings import get_embedder
@@ -97,13 +98,20 @@ def _other_rows() -> dict[str, Iterable[tuple[Any, ...]]]:
     }
 
 
-def _insert_all(db: sqlite3.Connection, table: str, rows: Iterable[tuple[Any, ...]]) -> int:
+def _insert_all(db: sqlite3.Connection, table: str, rows: Iterable[tuple[Any, ...]],
+                report: Callable[[int], None] | None = None) -> int:
+    """Insert ``rows`` in batches; ``report`` hears the running count after each batch."""
     count, batch = 0, []
     for row in rows:
         batch.append(row)
         if len(batch) >= CHUNK:
             count += _flush(db, table, batch)
-    return count + _flush(db, table, batch)
+            if report is not None:
+                report(count)
+    count += _flush(db, table, batch)
+    if report is not None:
+        report(count)
+    return count
 
 
 def _flush(db: sqlite3.Connection, table: str, batch: list[tuple[Any, ...]]) -> int:
@@ -116,13 +124,22 @@ def _flush(db: sqlite3.Connection, table: str, batch: list[tuple[Any, ...]]) -> 
     return count
 
 
-def _export(target: Path) -> int:
+def _memory_counter(progress: Progress | None) -> Callable[[int], None] | None:
+    """Reports ("memories", exported, total) to ``progress`` (inside the snapshot: total is its count)."""
+    if progress is None:
+        return None
+    total = Memory.objects.count()
+    progress("memories", 0, total)
+    return lambda done: progress("memories", done, total)
+
+
+def _export(target: Path, progress: Progress | None) -> int:
     """Write the store into a new SQLite file at ``target``; returns the number of memories."""
     db = sqlite3.connect(target)
     try:
         db.executescript(SCHEMA)
         with _snapshot():
-            memory_count = _insert_all(db, "memories", _memory_rows())
+            memory_count = _insert_all(db, "memories", _memory_rows(), _memory_counter(progress))
             for table, rows in _other_rows().items():
                 _insert_all(db, table, rows)
         db.commit()
@@ -161,13 +178,14 @@ def _new_backup_path(now: datetime, label: str) -> Path:
     return path if not path.exists() else path.with_name(f"{path.stem}-{uuid.uuid4().hex[:6]}{SUFFIX}")
 
 
-def backup_create(*, actor: str, label: str = "") -> BackupInfo:
-    """Snapshot the whole store into ``<data_dir>/backups/<timestamp>.bhgb``."""
+def backup_create(*, actor: str, label: str = "", progress: Progress | None = None) -> BackupInfo:
+    """Snapshot the whole store into ``<data_dir>/backups/<timestamp>.bhgb``; ``progress``
+    hears ("memories", exported, total) as the memories are written."""
     now = timezone.now()
     target = _new_backup_path(now, label)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".export-") as work:
         db_path = Path(work) / "store.sqlite3"
-        memory_count = _export(db_path)
+        memory_count = _export(db_path, progress)
         model, dims = model_header()
         header = {
             "version": FORMAT_VERSION, "producer": PRODUCER, "memory_count": memory_count,

@@ -13,7 +13,7 @@ import sqlite3
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from bhgbrain_site.contracts import SUMMARY_MAX
 from bhgbrain_site.errors import InvalidInput, NotFound
+from bhgbrain_site.registry import Progress
 from categories.models import Category, CategoryRevision
 from memories import changes, foreign
 from memories.models import BootstrapSession, Collection, Memory, MemoryRevision, MemorySource, MemoryType, Operation, RetentionTier
@@ -141,7 +142,8 @@ def _clear_others() -> None:
         model.objects.all().delete()
 
 
-def _restore_memories(db: sqlite3.Connection, store: changes.StoreReplacement, now: datetime) -> tuple[int, int]:
+def _restore_memories(db: sqlite3.Connection, store: changes.StoreReplacement, now: datetime,
+                      report: Callable[[int], None]) -> tuple[int, int]:
     model_id, _ = model_header()
     seen: set[tuple[str, str]] = set()
     restored = skipped = 0
@@ -157,7 +159,10 @@ def _restore_memories(db: sqlite3.Connection, store: changes.StoreReplacement, n
         batch.append(memory)
         if len(batch) >= CHUNK:
             restored += _load(store, batch)
-    return restored + _load(store, batch), skipped
+            report(restored)
+    restored += _load(store, batch)
+    report(restored)
+    return restored, skipped
 
 
 def _load(store: changes.StoreReplacement, batch: list[Memory]) -> int:
@@ -233,13 +238,19 @@ def _archived_from(row: sqlite3.Row, now: datetime) -> ArchivedMemory:
 
 
 def _replace_store(db: sqlite3.Connection, source: Path, header: dict[str, Any], previous: str,
-                   actor: str) -> tuple[int, int]:
+                   actor: str, progress: Progress | None) -> tuple[int, int]:
     """The store becomes the backup's, in one transaction: (memories restored, duplicates skipped)."""
     now = timezone.now()
+    total = header.get("memory_count") if isinstance(header.get("memory_count"), int) else None
+
+    def report(done: int) -> None:
+        if progress is not None:
+            progress("restoring memories", done, total)
+
     with changes.store_replacement(actor=actor, at=now) as store:
         store.clear()
         _clear_others()
-        restored, skipped = _restore_memories(db, store, now)
+        restored, skipped = _restore_memories(db, store, now, report)
         _restore_others(db, store, now)
         store.audit = changes.Audit("RESTORE", actor, {
             "path": str(source), "memory_count": restored, "duplicates_skipped": skipped,
@@ -247,22 +258,31 @@ def _replace_store(db: sqlite3.Connection, source: Path, header: dict[str, Any],
     return restored, skipped
 
 
-def backup_restore(*, path: str, actor: str, allow_any_path: bool = False) -> dict[str, Any]:
+def _stage(progress: Progress | None, stage: str) -> Progress | None:
+    """``progress`` with every report renamed to ``stage``."""
+    if progress is None:
+        return None
+    return lambda _stage, done, total: progress(stage, done, total)
+
+
+def backup_restore(*, path: str, actor: str, allow_any_path: bool = False,
+                   progress: Progress | None = None) -> dict[str, Any]:
     """Replace the whole store with a backup's content, live (no restart).
 
     The current store is saved first as a ``pre-restore`` backup, so a restore can be undone.
     Memories whose vectors came with the backup (and match the current model) are searchable
     at once; the others are embedded by the scheduled ``vector_sync`` and are full-text
     searchable meanwhile. ``allow_any_path``: read a file outside <data_dir>/backups (the CLI,
-    which runs on the server as its owner).
+    which runs on the server as its owner). ``progress`` hears the pre-restore backup
+    ("saving the current store", ...) then ("restoring memories", restored, total).
     """
     source = _resolve(path, allow_any_path)
     with exclusive_restore(), tempfile.TemporaryDirectory(dir=backups_dir(), prefix=".restore-") as work:
         header, db_path = _unpack(source, Path(work))
         db = _open_backup_db(db_path)
         try:
-            previous = backup_create(actor=actor, label="pre-restore")
-            restored, skipped = _replace_store(db, source, header, previous.path, actor)
+            previous = backup_create(actor=actor, label="pre-restore", progress=_stage(progress, "saving the current store"))
+            restored, skipped = _replace_store(db, source, header, previous.path, actor, progress)
         finally:
             db.close()
     pending = Memory.objects.filter(vector_synced=False, archived=False).count()

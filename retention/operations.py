@@ -34,11 +34,11 @@ def backup(params: BackupParams, ctx: CallContext) -> dict[str, Any]:
     (path: absolute path of a .bhgb file in that folder): replace the store live, after
     saving the current one as a pre-restore backup. Backups of the original BHGBrain restore too."""
     if params.action == "create":
-        return backup_export.backup_create(actor=ctx.actor).as_dict()
+        return backup_export.backup_create(actor=ctx.actor, progress=ctx.progress).as_dict()
     if params.action == "list":
         return {"backups": [info.as_dict() for info in backup_format.backups_list()]}
     assert params.path is not None  # the model requires it for restore
-    return backup_import.backup_restore(path=params.path, actor=ctx.actor)
+    return backup_import.backup_restore(path=params.path, actor=ctx.actor, progress=ctx.progress)
 
 
 class RestoreFileParams(Input):
@@ -49,7 +49,7 @@ class RestoreFileParams(Input):
 def backups_restore_file(params: RestoreFileParams, ctx: CallContext) -> dict[str, Any]:
     """Replace the store with a .bhgb file anywhere on the server's disk (the CLI only: it runs
     on the server as the store's owner; tools and REST read <data_dir>/backups only)."""
-    return backup_import.backup_restore(path=params.path, actor=ctx.actor, allow_any_path=True)
+    return backup_import.backup_restore(path=params.path, actor=ctx.actor, allow_any_path=True, progress=ctx.progress)
 
 
 class ArchiveListParams(Input):
@@ -91,8 +91,11 @@ def retention_cleanup(params: CleanupParams, ctx: CallContext) -> dict[str, Any]
     first, never T0) and compact the store when deletions passed the threshold (consolidate:
     first mark long-unused ones stale; dry_run: count only; tier: only that tier;
     force_compact: compact in any case)."""
+    watcher = ctx.progress
+    # the cleanup reports (done, total) memories removed; the caller's bar takes a stage too
+    progress = None if watcher is None else lambda done, total: watcher("memories removed", done, total)
     return cleanup.retention_cleanup(consolidate=params.consolidate, dry_run=params.dry_run, tier=params.tier,
-                                     force_compact=params.force_compact).as_dict()
+                                     force_compact=params.force_compact, progress=progress).as_dict()
 
 
 class StatsParams(Input):

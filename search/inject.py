@@ -2,7 +2,9 @@
 
 With a ``query`` the memories are the hybrid search results for it; without one they are
 ranked by a prior that prefers foundational, important and recently used memories
-(the original simply took the newest K). Memories included count as accessed.
+(the original simply took the newest K). Memories included count as accessed. Those that
+expire within retention.pre_expiry_warning_days are flagged, in their line ("expiring soon")
+and by id in ``expiring_soon``, so the agent can re-save them with a longer-lived tier.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from django.utils import timezone
 from categories.selectors import categories_for_inject
 from memories.access import memories_touch
 from memories.models import Memory
-from memories.selectors import inactive_reason
+from memories.selectors import expiring_soon, inactive_reason
 from search.selectors import memories_search
 from search.services import gated_query
 
@@ -77,15 +79,16 @@ def _category_blocks(categories: list[Any], budget: int) -> tuple[list[str], boo
     return parts, False
 
 
-def _memory_lines(memories: list[Memory], budget: int) -> tuple[list[str], list[str], bool]:
+def _memory_lines(memories: list[Memory], budget: int, now: datetime) -> tuple[list[str], list[str], bool]:
     """One line a memory (its summary if the content does not fit); the ids included."""
     parts: list[str] = []
     included: list[str] = []
     used = 0
     for memory in memories:
-        line = f"- [{memory.type}] {memory.content}\n"
+        label = f"{memory.type}, expiring soon" if expiring_soon(memory, now) else memory.type
+        line = f"- [{label}] {memory.content}\n"
         if used + len(line) > budget:
-            line = f"- [{memory.type}] {memory.summary}\n"
+            line = f"- [{label}] {memory.summary}\n"
         if used + len(line) > budget:
             return parts, included, True
         parts.append(line)
@@ -104,7 +107,9 @@ def _assemble(namespace: str, memories: list[Memory] | None, now: datetime, *, q
     if memories is None:
         limit = settings.BHGBRAIN.defaults.auto_inject_limit
         memories = [] if truncated else _top_memories(namespace, query, limit, now, include_inactive)
-    lines, included, cut = _memory_lines(memories, budget - used)
+    lines, included, cut = _memory_lines(memories, budget - used, now)
+    shown = set(included)
+    expiring = [str(m.id) for m in memories if str(m.id) in shown and expiring_soon(m, now)]
     memories_touch(memory_ids=included, at=now)
     return {
         "content": "".join(parts + lines),
@@ -112,4 +117,5 @@ def _assemble(namespace: str, memories: list[Memory] | None, now: datetime, *, q
         "total_results": len(categories) + len(memories),
         "categories_count": len(categories),
         "memories_count": len(included),
+        "expiring_soon": expiring,
     }

@@ -11,7 +11,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
@@ -21,7 +21,7 @@ from django.utils import timezone
 from bhgbrain_site.errors import EmbeddingUnavailable
 from memories.embeddings import calibrate, get_embedder
 from memories.models import Memory
-from memories.selectors import inactive_reason, iso, turn_to_dict
+from memories.selectors import expiring_soon, inactive_reason, iso, turn_to_dict
 from memories.threads import turns_after, turns_before
 from memories.vector_index import get_vector_index
 from memories.vectors import VectorHit
@@ -174,8 +174,6 @@ def result_dict(item: Scored, *, now: datetime) -> dict[str, Any]:
     """The seed's recall/search result, plus fulltext_score, device_id, namespace, collection."""
     memory = item.memory
     assert memory is not None
-    warning = timedelta(days=settings.BHGBRAIN.retention.pre_expiry_warning_days)
-    expiring = bool(memory.decay_eligible and memory.expires_at and memory.expires_at - now <= warning)
     return {
         "id": str(memory.id),
         "namespace": memory.namespace,
@@ -191,7 +189,7 @@ def result_dict(item: Scored, *, now: datetime) -> dict[str, Any]:
         "fulltext_score": None if item.fulltext is None else round(item.fulltext, 6),
         "retention_tier": memory.retention_tier,
         "expires_at": iso(memory.expires_at),
-        "expiring_soon": expiring,
+        "expiring_soon": expiring_soon(memory, now),
         "created_at": iso(memory.created_at),
         "last_accessed": iso(memory.last_accessed),
         "device_id": memory.device_id,

@@ -73,3 +73,15 @@ def test_a_scoped_caller_is_pinned_to_its_namespaces(hash_embedder) -> None:
     with pytest.raises(AuthRequired, match="master token"):
         registry.call("store.stats", {}, ALICE)
     assert registry.read_resource("health://status", ALICE)["status"] in ("healthy", "degraded")
+
+
+def test_memory_list_expiring_within_as_a_resource_query(hash_embedder) -> None:
+    soon = remember("Scratch: rotate the staging certificate", retention_tier="T3")  # 30 days
+    remember("The billing service runs on Kubernetes", retention_tier="T0")
+    listed = registry.read_resource("memory://list?expiring_within=31d", CLI)
+    assert [m["id"] for m in listed["items"]] == [soon.id] and listed["total_results"] == 1
+    assert registry.read_resource("memory://list?expiring_within=29d", CLI)["items"] == []
+    assert registry.read_resource("memory://list?expiring_within=", CLI)["total_results"] == 2  # blank: no filter
+    for bad in ("7x", "7", "1.5d", "0h", 7):
+        with pytest.raises(InvalidInput, match="expiring_within"):
+            registry.call("memories.list", {"expiring_within": bad}, CLI)

@@ -178,6 +178,25 @@ def test_tokens_never_reach_the_logs(actors) -> None:  # noqa: ANN001
         assert value not in logs
 
 
+def test_failed_authentication_is_logged_with_a_shortened_token(actors) -> None:  # noqa: ANN001
+    live, tokens = actors
+    wrong, short, scoped = "wrong-token-for-the-log-0123456789", "abc123", tokens["alice"][:-1] + "x"
+    assert live.post("search", {"query": "x"}, headers=_as(wrong)).status_code == 401
+    assert httpx.post(live.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                      headers=_as(short)).status_code == 401
+    assert live.post("search", {"query": "x"}, headers=_as(scoped)).status_code == 401
+    assert live.post("search", {"query": "x"}, headers={"Authorization": "Basic dXNlcjpwYXNz"}).status_code == 401
+    assert live.post("search", {"query": "x"}).status_code == 401
+    logs = live.stderr() + (live.home / "logs" / "bhgbrain.log").read_text()
+    assert "authentication failed: invalid token wrong-to… from 127.0.0.1 for /tool/search" in logs
+    assert "authentication failed: invalid token ab… from 127.0.0.1 for /mcp" in logs  # a third of a short one
+    assert f"authentication failed: invalid token {scoped[:8]}…" in logs
+    assert "authentication failed: no token from 127.0.0.1 for /tool/search" in logs
+    assert "authentication failed: no token (an Authorization header of another scheme than 'bearer') from" in logs
+    for value in (wrong, wrong[:9], short, short[:3], scoped, scoped[:9], "dXNlcjpwYXNz"):
+        assert value not in logs
+
+
 def test_allow_unauthenticated_http_starts_with_a_loud_warning(tmp_path: Path) -> None:
     live = LiveServer(home=tmp_path, config={"security": {"require_loopback_http": False, "allow_unauthenticated_http": True}})
     live.home.mkdir(parents=True, exist_ok=True)

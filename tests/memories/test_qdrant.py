@@ -1,12 +1,15 @@
 """The Qdrant vector index (local mode, the real qdrant-client engine) and repair from it."""
 from __future__ import annotations
 
+import io
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 from qdrant_client import models
 
@@ -220,3 +223,38 @@ def test_own_points_without_a_row_are_not_shown_until_repair(qdrant: QdrantVecto
     assert _semantic("Own device: the VPN config lives in the infra repo") == []
     assert repair_from_index(dry_run=False, device_id=None, actor="test").recovered == 1
     assert _semantic("Own device: the VPN config lives in the infra repo") == [mine.id]
+
+
+class _Terminal(io.StringIO):
+    """An output that says it is a terminal (the progress bar draws only on one)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _manage_repair(*args: str, stderr: io.StringIO | None = None) -> dict:
+    out = io.StringIO()
+    call_command("repair", *args, stdout=out, stderr=stderr or io.StringIO())
+    return json.loads(out.getvalue())
+
+
+def test_manage_py_repair(qdrant: QdrantVectorIndex) -> None:
+    mine = remember("Manage repair: the on-call rota lives in PagerDuty")
+    remember("Manage repair: staging deploys need a green build", namespace="team")
+    _forget_locally()
+    quiet = io.StringIO()
+    preview = _manage_repair("--dry-run", stderr=quiet)
+    assert (preview["dry_run"], preview["recovered"], preview["points_scanned"]) == (True, 2, 2)
+    assert not Memory.objects.exists() and quiet.getvalue() == ""  # not a terminal: no progress bar
+    assert _manage_repair("--device-id", "someone-else")["skipped_other_device"] == 2
+    terminal = _Terminal()
+    report = _manage_repair(stderr=terminal)
+    assert report["recovered"] == 2 and Memory.objects.count() == 2
+    assert Memory.objects.get(id=mine.id).content == "Manage repair: the on-call rota lives in PagerDuty"
+    assert "repair: bhgbrain_" in terminal.getvalue() and "2/?" in terminal.getvalue()
+    assert _manage_repair()["already_in_sqlite"] == 2
+
+
+def test_manage_py_repair_without_qdrant_is_a_command_error(hash_embedder) -> None:
+    with pytest.raises(CommandError, match="vector_index"):
+        _manage_repair()

@@ -448,3 +448,40 @@ def test_prose_and_adr_numbers_are_not_tickets(content: str) -> None:
     from memories.tiers import is_transient
 
     assert not is_transient(content)
+
+
+# --------------------------------------------------------------------------- the seed's bootstrap rule
+
+@pytest.mark.parametrize("content", [NEUTRAL, "Daily standup at 9:30, then deep work until noon"])
+def test_imported_bootstrap_profile_is_t0(content: str) -> None:
+    """"Bootstrap memories default to T0": source import with tags bootstrap and profile,
+    even when the words look transient (a profile's routine is not a ticket)."""
+    assert tier(content, source="import", tags=["bootstrap", "profile"]) == "T0"
+    assert tier(content, source="import", tags=["identity", "Profile", "BOOTSTRAP"]) == "T0"
+
+
+@pytest.mark.parametrize(("source", "tags"), [
+    ("import", ["bootstrap"]),
+    ("import", ["profile"]),
+    ("api", ["bootstrap", "profile"]),
+    ("agent", ["bootstrap", "profile"]),
+])
+def test_bootstrap_rule_needs_an_import_with_both_tags(source: str, tags: list[str]) -> None:
+    assert tier(NEUTRAL, source=source, tags=tags) == "T2"
+
+
+def test_explicit_tier_beats_the_bootstrap_rule() -> None:
+    assert tier(NEUTRAL, source="import", tags=["bootstrap", "profile"], explicit_tier="T2") == "T2"
+
+
+@pytest.mark.django_db
+def test_remember_an_imported_profile_memory_gives_t0(hash_embedder) -> None:  # noqa: ANN001
+    from bhgbrain_site.registry import CallContext, call_tool
+
+    ctx = CallContext(actor="test")
+    profile = call_tool("remember", {"content": "I run the platform team; standup is at 9:30 every day",
+                                     "source": "import", "tags": ["bootstrap", "profile"]}, ctx)
+    assert (profile["retention_tier"], profile["expires_at"]) == ("T0", None)
+    partial = call_tool("remember", {"content": "I run the data team; standup is at 10:00 every day",
+                                     "source": "import", "tags": ["profile"]}, ctx)
+    assert partial["retention_tier"] == "T3"  # one tag is not the bootstrap signal: the transient rule applies
