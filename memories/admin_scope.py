@@ -40,6 +40,13 @@ class NamespaceScoped:
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return within(super().get_queryset(request), request_namespaces(request), self.namespace_field)  # type: ignore[misc]
 
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        """Another namespace's row (or a missing one) is a 404, not the stock admin's redirect."""
+        obj = super().get_object(request, object_id, from_field)  # type: ignore[misc]
+        if obj is None:
+            raise Http404("no such row among the namespaces you curate")
+        return obj
+
     def check_namespace(self, request: HttpRequest, namespace: str) -> None:
         if not may_curate(request_namespaces(request), namespace):
             raise PermissionDenied(f"you do not curate namespace {namespace!r}")
