@@ -170,3 +170,23 @@ def test_progress_is_reported_after_each_batch(hash_embedder, bhg_config, monkey
     report = cleanup.retention_cleanup(progress=lambda done, total: calls.append((done, total)))
     assert (report.expired, report.trimmed["T3"]) == (1, 5)
     assert calls == [(1, 6), (3, 6), (5, 6), (6, 6)]  # the expired one, then T3 in batches of 2
+
+
+class _Terminal(StringIO):
+    """An output that says it is a terminal (the progress bar draws only on one)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_manage_py_gc_draws_its_progress_on_a_terminal_only(hash_embedder, bhg_config) -> None:
+    bhg_config.retention.tier_budgets.T3 = 2
+    _six_t3()
+    piped = StringIO()
+    call_command("gc", "--dry-run", stdout=StringIO(), stderr=piped)
+    assert piped.getvalue() == ""  # not a terminal: quiet
+    terminal = _Terminal()
+    out = StringIO()
+    call_command("gc", stdout=out, stderr=terminal)
+    assert json.loads(out.getvalue())["trimmed"]["T3"] == 4
+    assert "gc: removing" in terminal.getvalue() and "4/4" in terminal.getvalue()

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from bhgbrain_site.progress import terminal_progress
 from retention.cleanup import retention_cleanup
 
 
@@ -22,6 +23,13 @@ class Command(BaseCommand):
                             help="compact the database (and Qdrant) even below retention.compaction_deleted_threshold")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        report = retention_cleanup(consolidate=options["consolidate"], dry_run=options["dry_run"], tier=options["tier"],
-                                   force_compact=options["force_compact"])
+        self.stderr.ending = ""  # the bar writes whole lines itself
+        try:
+            with terminal_progress("gc", self.stderr) as bar:  # drawn only when stderr is a terminal
+                progress = (lambda done, total: bar("removing", done, total)) if bar else None
+                report = retention_cleanup(consolidate=options["consolidate"], dry_run=options["dry_run"],
+                                           tier=options["tier"], force_compact=options["force_compact"],
+                                           progress=progress)
+        finally:
+            self.stderr.ending = "\n"
         self.stdout.write(json.dumps(report.as_dict(), indent=2))
