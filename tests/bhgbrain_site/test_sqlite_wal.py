@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from bhgbrain_site import sqlite_wal
 
@@ -77,10 +76,16 @@ def test_a_missing_database_is_never_created(tmp_path: Path) -> None:
     assert not (tmp_path / "gone.sqlite3").exists()
 
 
-@pytest.mark.django_db
-def test_the_product_database_raises_the_in_commit_checkpoint() -> None:
-    if connection.vendor != "sqlite":
-        pytest.skip("SQLite only")
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA wal_autocheckpoint")
-        assert cursor.fetchone()[0] == sqlite_wal.AUTOCHECKPOINT_PAGES
+def test_the_product_sqlite_connection_raises_the_in_commit_checkpoint(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SQLite settings' init command (what every product connection runs) sets the net."""
+    from bhgbrain_site import settings as product_settings
+
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    init = product_settings._database()["OPTIONS"]["init_command"]  # noqa: SLF001 - the settings' own helper
+    conn = sqlite3.connect(tmp_path / "store.sqlite3")
+    for command in filter(None, (part.strip() for part in init.split(";"))):
+        conn.execute(command)
+    assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == sqlite_wal.AUTOCHECKPOINT_PAGES
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
