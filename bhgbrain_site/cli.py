@@ -82,20 +82,13 @@ def _banner(host: str, port: int, scheduler: int | None) -> None:
 
 
 def _start_scheduler() -> subprocess.Popen[bytes]:
-    """django-q2's cluster in a child process with the same config; logs go to stderr."""
+    """django-q2's cluster under bhgbrain_site.supervisor, which ends the cluster's whole process
+    group (workers included) when this server stops or dies; logs go to stderr."""
     from bhgbrain_site.schedules import register_schedules
 
     register_schedules()
-    manage = [sys.executable, "-m", "django", "qcluster"]
-    return subprocess.Popen(manage, stdout=sys.stderr, env=os.environ.copy(), preexec_fn=_die_with_parent)
-
-
-def _die_with_parent() -> None:
-    """Linux: the scheduler gets SIGTERM if the server dies, even by SIGKILL (no orphans)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    command = [sys.executable, "-m", "bhgbrain_site.supervisor", "--", sys.executable, "-m", "django", "qcluster"]
+    return subprocess.Popen(command, stdout=sys.stderr, env=os.environ.copy())
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

@@ -204,13 +204,47 @@ def test_full_server_starts_the_scheduler_and_stops_cleanly(tmp_path: Path) -> N
         banner = live.stderr()
         for needle in ("config", str(live.config_path), "logs", "createsuperuser --noinput", "DJANGO_SUPERUSER_PASSWORD"):
             assert needle in banner
-        scheduler_pid = int(re.search(r"django-q2 cluster \(pid (\d+)\)", banner).group(1))
-        assert Path(f"/proc/{scheduler_pid}").exists()
+        tree = _running_cluster(live)
     finally:
         assert live.stop() == 0
+    _wait_all_gone(tree, "scheduler outlived the server")
+
+
+def _descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            for child in children:
+                if child not in found:
+                    found.add(child)
+                    pending.append(child)
+    return found
+
+
+def _running_cluster(live: LiveServer) -> set[int]:
+    """The scheduler's pid from the banner and, once django-q2 has started them, every process
+    under it (the cluster, its sentinel, workers, pusher and monitor)."""
+    deadline = time.monotonic() + 60
+    while not (found := re.search(r"django-q2 cluster \(pid (\d+)\)", live.stderr())):
+        assert time.monotonic() < deadline, live.stderr()
+        time.sleep(0.2)
+    scheduler_pid = int(found.group(1))
+    while len(tree := _descendants(scheduler_pid)) < 5:  # qcluster, sentinel, worker, pusher, monitor
+        assert time.monotonic() < deadline, (tree, live.stderr())
+        time.sleep(0.2)
+    return {scheduler_pid} | tree
+
+
+def _wait_all_gone(pids: set[int], message: str) -> None:
     deadline = time.monotonic() + 20
-    while Path(f"/proc/{scheduler_pid}").exists() and _is_running(scheduler_pid):
-        assert time.monotonic() < deadline, "scheduler outlived the server"
+    while alive := {pid for pid in pids if _is_running(pid)}:
+        assert time.monotonic() < deadline, f"{message}: {sorted(alive)} still running"
         time.sleep(0.2)
 
 
@@ -270,14 +304,7 @@ def test_accesses_are_flushed_on_a_clean_shutdown(tmp_path: Path) -> None:
 
 def test_scheduler_does_not_outlive_a_killed_server(tmp_path: Path) -> None:
     live = LiveServer(home=tmp_path, scheduler=True).start()
-    deadline = time.monotonic() + 30
-    while not re.search(r"django-q2 cluster \(pid (\d+)\)", live.stderr()):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    scheduler_pid = int(re.search(r"django-q2 cluster \(pid (\d+)\)", live.stderr()).group(1))
+    tree = _running_cluster(live)
     live.proc.kill()  # SIGKILL: no chance to clean up
     live.proc.wait(timeout=10)
-    deadline = time.monotonic() + 20
-    while _is_running(scheduler_pid):
-        assert time.monotonic() < deadline, "scheduler orphaned by a killed server"
-        time.sleep(0.2)
+    _wait_all_gone(tree, "scheduler orphaned by a killed server")
