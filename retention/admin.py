@@ -98,17 +98,19 @@ def dashboard_callback(request: HttpRequest, context: dict[str, Any]) -> dict[st
     """UNFOLD["DASHBOARD_CALLBACK"]: the landing page's numbers (retention.dashboard), each with
     the link to the filtered list behind it."""
     board = dashboard_snapshot(namespaces=request_namespaces(request), now=timezone.now())
+    activity = [("new memories", board.growth, "#6366f1"), ("accesses", board.accesses, "#10b981"),
+                ("archived", board.archived, "#f59e0b")]
     context.update(
         board=board,
         tier_rows=_tier_rows(board),
         tier_totals=[{"use": use, "url": _memories_url(retention_tier__exact=use.tier)} for use in board.tiers],
         queue_cards=_queue_cards(board),
-        activity_chart=_chart(board.days, [("new memories", board.growth, "#6366f1"),
-                                           ("accesses", board.accesses, "#10b981"),
-                                           ("archived", board.archived, "#f59e0b")]),
+        activity_chart=_chart(board.days, activity),
+        activity_legend=[{"label": label, "color": color, "total": sum(values)} for label, values, color in activity],
         tier_chart=json.dumps({"labels": list(TIERS), "datasets": [
             {"label": "memories", "data": [use.count for use in board.tiers],
-             "backgroundColor": ["#7c3aed", "#6366f1", "#0ea5e9", "#94a3b8"]}]}),
+             "backgroundColor": ["#7c3aed", "#6366f1", "#0ea5e9", "#94a3b8"],
+             "maxBarThickness": 48, "borderRadius": 6}]}),  # unfold's default bars are 4 px wide
         memories_url=_memories_url(),
         archive_url=reverse("admin:retention_archivedmemory_changelist"),
         backups_url=reverse("admin:retention_backuprecord_changelist"),

@@ -148,6 +148,8 @@ def test_dashboard_shows_the_stores_numbers(page: Page, live_server, curator: Us
     assert (bars["labels"], bars["datasets"][0]["data"]) == (["T0", "T1", "T2", "T3"], [0, 2, 1, 4])
     growth = chart_data(page, "line")["datasets"][0]
     assert (growth["label"], growth["data"][-1], sum(growth["data"])) == ("new memories", 7, 7)
+    legend = page.locator("#activity-legend li")
+    assert [" ".join(text.split()) for text in legend.all_inner_texts()] == ["new memories 7", "accesses 0", "archived 0"]
     canvases = page.locator("#bhg-dashboard canvas")
     expect(canvases).to_have_count(2)
     for canvas in canvases.all():
