@@ -26,6 +26,7 @@ import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
@@ -45,6 +46,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--sentences", type=int, default=3000)
     parser.add_argument("--database-url", default=None, help="postgres://… (default: SQLite in a temp dir)")
+    parser.add_argument("--profile", action="store_true", help="also print the SQL of one request, slowest first")
     return parser.parse_args()
 
 
@@ -127,6 +129,38 @@ def time_requests(user, count: int) -> list[float]:  # noqa: ANN001
     return timings
 
 
+def profile_request(user) -> None:  # noqa: ANN001
+    """One request's SQL statements with their times, slowest first (where the time goes)."""
+    from django.db import connection
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    statements: list[tuple[float, str, Any]] = []
+
+    def timed(execute, sql, params, many, context):  # noqa: ANN001, ANN202
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            statements.append(((time.perf_counter() - started) * 1e3, sql, params))
+
+    started = time.perf_counter()
+    with connection.execute_wrapper(timed):
+        client.get("/admin/")
+    total = (time.perf_counter() - started) * 1e3
+    sql_ms = sum(ms for ms, _, _ in statements)
+    print(f"  one request: {total:.1f} ms, of which SQL {sql_ms:.1f} ms in {len(statements)} statements; slowest:")
+    ranked = sorted(statements, key=lambda s: s[0], reverse=True)
+    for ms, sql, _ in ranked[:8]:
+        print(f"    {ms:7.1f} ms  {' '.join(sql.split())[:160]}")
+    _, sql, params = ranked[0]
+    explain = "EXPLAIN QUERY PLAN " if connection.vendor == "sqlite" else "EXPLAIN "
+    with connection.cursor() as cursor:
+        cursor.execute(explain + sql, params)
+        print("  its plan:", *(" ".join(str(c) for c in row) for row in cursor.fetchall()), sep="\n    ")
+
+
 def _report(label: str, timings: list[float]) -> None:
     ordered = sorted(timings)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
@@ -151,6 +185,8 @@ def run_size(size: int, args: argparse.Namespace, sentences: list[str], vectors,
     print(f"  {'GET /admin/ (server time, ms)':<34}{'p50':>9}{'p95':>9}{'max':>9}{'calls':>7}")
     _report("superuser (every namespace)", superuser_ms)
     _report("curator of 2 namespaces", curator_ms)
+    if args.profile:
+        profile_request(admin)
     print()
     User.objects.filter(pk__in=[admin.pk, curator.pk]).delete()
 

@@ -14,6 +14,7 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import CharField, Count, Sum
 from django.db.models.functions import Cast, Substr
 
@@ -89,6 +90,23 @@ def _by_day(rows: Any, column: str) -> Any:
     return rows.annotate(day=day).values("day").annotate(n=Count("*")).order_by()
 
 
+_SQLITE_GROWTH = ("SELECT SUBSTR(CAST(created_at AS text), 1, 10), COUNT(*) FROM memories INDEXED BY idx_live_created "
+                  "WHERE NOT archived AND created_at >= %s GROUP BY 1")  # Memory's db_table and index (migration 0010)
+
+
+def _growth(live: Any, since: datetime, namespaces: Namespaces) -> Any:
+    """New live memories per UTC day since ``since``.
+
+    On SQLite, for the whole store, the index is named: with sampled statistics the planner
+    prefers a skip-scan of ``idx_memories_list`` (20 namespaces look "few") and reads every row
+    of the window from the table (129 ms at 100k, against ~20 ms from the partial index)."""
+    if namespaces is not None or connection.vendor != "sqlite":
+        return _by_day(live.filter(created_at__gte=since), "created_at")
+    with connection.cursor() as cursor:
+        cursor.execute(_SQLITE_GROWTH, [connection.ops.adapt_datetimefield_value(since)])
+        return [{"day": day, "n": n} for day, n in cursor.fetchall()]
+
+
 def _per_day(rows: Any, days: list[date], value: str = "n") -> list[int]:
     by_day = {str(row["day"])[:10]: row[value] or 0 for row in rows}
     return [int(by_day.get(day.isoformat(), 0)) for day in days]
@@ -118,7 +136,7 @@ def dashboard_snapshot(*, namespaces: Namespaces, now: datetime) -> Dashboard:
     first = (now - timedelta(days=DAYS - 1)).date()
     days = [first + timedelta(days=i) for i in range(DAYS)]
     since = datetime.combine(first, datetime.min.time(), tzinfo=now.tzinfo)
-    growth = _by_day(live.filter(created_at__gte=since), "created_at")
+    growth = _growth(live, since, namespaces)
     archived = _by_day(within(ArchivedMemory.objects.filter(expired_at__gte=since), namespaces), "expired_at")
     accesses = (within(AccessDay.objects.filter(day__gte=first), namespaces)
                 .values("day").annotate(n=Sum("accesses")).order_by())
