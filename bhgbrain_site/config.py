@@ -57,6 +57,8 @@ class HttpTransportConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=3721, ge=1, le=65535)
     bearer_token_env: str = "BHGBRAIN_TOKEN"
+    # uvicorn worker processes of `bhgbrain server start` (--workers overrides it)
+    workers: int = Field(default=1, ge=1, le=64)
 
 
 class StdioTransportConfig(_Strict):
@@ -176,6 +178,8 @@ class PipelineConfig(_Strict):
 
 class BHGBrainConfig(_Strict):
     data_dir: str | None = None
+    # Redis for state shared by several workers (rate limits, the scheduler's queue); env REDIS_URL wins
+    redis_url: str | None = None
     vector_index: Literal["embedded", "qdrant"] = "embedded"
     device: DeviceConfig = Field(default_factory=DeviceConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
