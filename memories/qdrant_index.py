@@ -38,9 +38,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from bhgbrain_site.config import QdrantConfig
-from memories import foreign, normalize
+from memories import foreign, normalize, sparse
 from memories.embeddings import from_bytes, to_bytes
 from memories.models import Memory, MemorySource, MemoryType, Operation, RetentionTier, VectorChange, VectorIndexCursor
+from memories.threads import contexts
 from memories.vectors import StoredPoint, VectorHit
 
 logger = logging.getLogger("bhgbrain.qdrant")
@@ -105,8 +106,31 @@ def memory_from_point(point: StoredPoint, model_id: str, dimensions: int) -> Mem
 
 
 def _stored(point: Any) -> StoredPoint:
-    vector = point.vector if isinstance(point.vector, list) else None
-    return StoredPoint(id=str(point.id), payload=dict(point.payload or {}), vector=vector)
+    vector = point.vector.get("") if isinstance(point.vector, dict) else point.vector  # "": the unnamed dense vector
+    return StoredPoint(id=str(point.id), payload=dict(point.payload or {}), vector=vector if isinstance(vector, list) else None)
+
+
+def _sparse_vector(weights: dict[int, float]) -> Any:
+    from qdrant_client import models
+
+    keys = sorted(weights)
+    return models.SparseVector(indices=keys, values=[float(weights[k]) for k in keys])
+
+
+def _sparse_config() -> Any:
+    from qdrant_client import models
+
+    return models.SparseVectorParams(modifier=models.Modifier.IDF)
+
+
+def _memory_sparse(memory: Memory, context: str) -> Any:
+    return _sparse_vector(sparse.memory_weights(memory.content, memory.tags, context))
+
+
+def _payload_sparse(payload: dict[str, Any]) -> Any:
+    """Another device's point (no row here): its payload's content and tags; no context."""
+    tags = payload.get("tags") if isinstance(payload.get("tags"), list) else []
+    return _sparse_vector(sparse.memory_weights(str(payload.get("content") or ""), [str(t) for t in tags]))
 
 
 class QdrantVectorIndex:
@@ -120,6 +144,8 @@ class QdrantVectorIndex:
         self._client: Any = None
         self._lock = threading.RLock()
         self._ensured: set[str] = set()
+        self._sparse_ready: set[str] = set()  # collections known to carry the bm25 sparse vector
+        self._upgraded = False
         self._listing: tuple[float, list[str]] = (0.0, [])
 
     # ------------------------------------------------------------------ connection
@@ -162,8 +188,10 @@ class QdrantVectorIndex:
         client = self.client()
         if not client.collection_exists(name):
             client.create_collection(
-                name, vectors_config=models.VectorParams(size=self.dimensions, distance=models.Distance.COSINE)
+                name, vectors_config=models.VectorParams(size=self.dimensions, distance=models.Distance.COSINE),
+                sparse_vectors_config={sparse.VECTOR_NAME: _sparse_config()},
             )
+            self._sparse_ready.add(name)
             for field, schema in (("namespace", models.PayloadSchemaType.KEYWORD), ("collection", models.PayloadSchemaType.KEYWORD),
                                   ("type", models.PayloadSchemaType.KEYWORD), ("retention_tier", models.PayloadSchemaType.KEYWORD),
                                   ("decay_eligible", models.PayloadSchemaType.BOOL), ("expires_at", models.PayloadSchemaType.INTEGER),
@@ -172,7 +200,58 @@ class QdrantVectorIndex:
                     warnings.simplefilter("ignore", UserWarning)
                     client.create_payload_index(name, field_name=field, field_schema=schema)
             self._listing = (0.0, [])
+        self._ensure_sparse(name)
         self._ensured.add(name)
+
+    # ------------------------------------------------------------------ sparse vectors (BM25)
+
+    def _ensure_sparse(self, name: str) -> bool:
+        """Give a collection created before full-text moved into Qdrant its ``bm25`` sparse vector,
+        and every point its sparse vector (from this store's rows, else from the payload: nothing
+        is embedded again). Returns whether it back-filled."""
+        if name in self._sparse_ready:
+            return False
+        from qdrant_client import models
+
+        client = self.client()
+        if sparse.VECTOR_NAME in (client.get_collection(name).config.params.sparse_vectors or {}):
+            self._sparse_ready.add(name)
+            return False
+        client.create_vector_name(name, sparse.VECTOR_NAME,
+                                  models.SparseVectorNameConfig(sparse=models.SparseVectorConfig(modifier=models.Modifier.IDF)))
+        filled = 0
+        for batch in self._batches(name):
+            self._backfill(name, batch)
+            filled += len(batch)
+        logger.info("qdrant: %s back-filled with %d sparse (BM25) vectors", name, filled)
+        self._sparse_ready.add(name)
+        return True
+
+    def _batches(self, name: str, size: int = 256) -> Iterator[list[Any]]:
+        offset = None
+        while True:
+            points, offset = self.client().scroll(name, limit=size, offset=offset, with_payload=True, with_vectors=False)
+            if points:
+                yield points
+            if offset is None:
+                return
+
+    def _backfill(self, name: str, points: list[Any]) -> None:
+        from qdrant_client import models
+
+        rows = Memory.objects.in_bulk([uuid.UUID(str(p.id)) for p in points])
+        context = contexts(rows.values())
+        vectors = []
+        for point in points:
+            row = rows.get(uuid.UUID(str(point.id)))
+            vector = _memory_sparse(row, context.get(str(row.id), "")) if row is not None else _payload_sparse(dict(point.payload or {}))
+            vectors.append(models.PointVectors(id=point.id, vector={sparse.VECTOR_NAME: vector}))
+        self.client().update_vectors(name, points=vectors, wait=True)
+
+    def upgrade(self) -> list[str]:
+        """Back-fill the sparse vectors of every ``bhgbrain_*`` collection that lacks them (sync and
+        repair call it; a no-op once done). Returns the collections back-filled."""
+        return [name for name in self.collections(fresh=True) if self._ensure_sparse(name)]
 
     def collections(self, *, fresh: bool = False) -> list[str]:
         """Every ``bhgbrain_*`` collection (listing cached for a few seconds unless ``fresh``)."""
@@ -191,7 +270,15 @@ class QdrantVectorIndex:
         self.sync()
 
     def _indexable(self, memory: Memory) -> bool:
-        return not memory.archived and memory.embedding is not None and memory.embedding_model == self.model_id
+        """Every live memory gets a point (its BM25 sparse vector at least)..."""
+        return not memory.archived
+
+    def _dense(self, memory: Memory) -> list[float] | None:
+        """...and the dense vector when it has one of this model (else it is full-text only)."""
+        if memory.embedding is None or memory.embedding_model != self.model_id:
+            return None
+        vector = from_bytes(memory.embedding)
+        return vector.tolist() if vector.shape[0] == self.dimensions else None
 
     def _push(self, memory_ids: set[uuid.UUID], reset: bool) -> None:
         from qdrant_client import models
@@ -200,12 +287,15 @@ class QdrantVectorIndex:
         if reset:  # the whole store was replaced: every memory it now holds
             rows.update({m.id: m for m in Memory.objects.filter(archived=False, embedding__isnull=False)})
         points: dict[str, list[Any]] = {}
+        context = contexts(m for m in rows.values() if self._indexable(m))
         for memory in rows.values():
             if self._indexable(memory):
-                vector = from_bytes(memory.embedding)
-                if vector.shape[0] == self.dimensions:
-                    points.setdefault(collection_name(memory.namespace, memory.collection), []).append(
-                        models.PointStruct(id=str(memory.id), vector=vector.tolist(), payload=point_payload(memory)))
+                vector: dict[str, Any] = {sparse.VECTOR_NAME: _memory_sparse(memory, context.get(str(memory.id), ""))}
+                dense = self._dense(memory)
+                if dense is not None:
+                    vector[""] = dense
+                points.setdefault(collection_name(memory.namespace, memory.collection), []).append(
+                    models.PointStruct(id=str(memory.id), vector=vector, payload=point_payload(memory)))
         # Drop the old points of what changed: deleted, archived or moved memories, and upserted
         # ones wherever they no longer belong. A live memory's points can only be in its own
         # namespace's collections; a deleted one's namespace is unknown, so every collection.
@@ -232,6 +322,9 @@ class QdrantVectorIndex:
         """Apply the change feed after this store's cursor; returns the rows applied."""
         applied = 0
         with self._lock, _sync_lock(self.location):
+            if not self._upgraded:
+                self.upgrade()  # once a process: collections older than the sparse vectors get them
+                self._upgraded = True
             cursor, _ = VectorIndexCursor.objects.get_or_create(name=f"qdrant:{self.location}")
             while True:
                 changes = list(VectorChange.objects.filter(id__gt=cursor.last_change).order_by("id")
@@ -250,15 +343,57 @@ class QdrantVectorIndex:
         self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime,
         facts_only: bool = False,
     ) -> list[VectorHit]:
+        dense, _ = self.query(vector, None, namespace=namespace, collection=collection, limit=limit, now=now,
+                              facts_only=facts_only)
+        return dense
+
+    def query(
+        self, vector: np.ndarray | None, terms: dict[int, float] | None, *, namespace: str, collection: str | None,
+        limit: int, now: datetime, facts_only: bool = False,
+    ) -> tuple[list[VectorHit], list[tuple[str, float]]]:
+        """Dense (cosine) and full-text (BM25 over the ``bm25`` sparse vectors, IDF by Qdrant) hits,
+        best first, either side optional (``terms``: :func:`memories.sparse.query_weights`). One
+        Query API call a collection (``query_batch_points``: both searches, each with the namespace,
+        collection and expiry filter inside Qdrant), so the caller fuses the two lists itself."""
         from qdrant_client import models
 
-        if self._pending():
+        if self._pending() or not self._upgraded:
             self.sync()  # changes another process recorded but could not push (e.g. the scheduler's cleanup)
+        query_filter = self._filter(namespace=namespace, collection=collection, now=now, facts_only=facts_only)
+        requests: list[Any] = []
+        if vector is not None:
+            requests.append(models.QueryRequest(query=np.asarray(vector, dtype=np.float32).tolist(), filter=query_filter,
+                                                limit=limit, with_payload=False))
+        if terms:
+            requests.append(models.QueryRequest(query=_sparse_vector(terms), using=sparse.VECTOR_NAME, filter=query_filter,
+                                                limit=limit, with_payload=False))
+        dense: list[VectorHit] = []
+        text: list[tuple[str, float]] = []
+        client = self.client()
+        for name in self._names(namespace, collection) if requests else []:
+            if not client.collection_exists(name):
+                continue
+            if terms:
+                self._ensure_sparse(name)  # a collection another (older) process created since
+            answers = iter(client.query_batch_points(name, requests=requests))
+            if vector is not None:
+                dense.extend(VectorHit(str(p.id), float(p.score)) for p in next(answers).points)
+            if terms:
+                text.extend((str(p.id), float(p.score)) for p in next(answers).points if p.score > 0)
+        dense.sort(key=lambda h: h.cosine, reverse=True)
+        text.sort(key=lambda h: h[1], reverse=True)
+        return dense[:limit], text[:limit]
+
+    def _names(self, namespace: str, collection: str | None) -> list[str]:
         if collection is not None:
-            names = [collection_name(namespace, collection)]
-        else:
-            prefix = collection_name(namespace, "")
-            names = [n for n in self.collections() if n.startswith(prefix)]
+            return [collection_name(namespace, collection)]
+        prefix = collection_name(namespace, "")
+        return [n for n in self.collections() if n.startswith(prefix)]
+
+    @staticmethod
+    def _filter(*, namespace: str, collection: str | None, now: datetime, facts_only: bool) -> Any:
+        from qdrant_client import models
+
         must: list[Any] = [models.FieldCondition(key="namespace", match=models.MatchValue(value=namespace))]
         if collection is not None:
             must.append(models.FieldCondition(key="collection", match=models.MatchValue(value=collection)))
@@ -268,17 +403,7 @@ class QdrantVectorIndex:
         ])
         if facts_only:  # a point without the key (written before threads existed) is a fact
             must.append(models.IsEmptyCondition(is_empty=models.PayloadField(key="thread")))
-        query_filter = models.Filter(must=[*must, alive])
-        hits: list[VectorHit] = []
-        client = self.client()
-        for name in names:
-            if not client.collection_exists(name):
-                continue
-            found = client.query_points(name, query=np.asarray(vector, dtype=np.float32).tolist(),
-                                        query_filter=query_filter, limit=limit, with_payload=False)
-            hits.extend(VectorHit(str(p.id), float(p.score)) for p in found.points)
-        hits.sort(key=lambda h: h.cosine, reverse=True)
-        return hits[:limit]
+        return models.Filter(must=[*must, alive])
 
     def remote_memories(self, memory_ids: list[str], namespace: str) -> list[Memory]:
         """Unsaved Memory objects built from the payloads of points this store has no row for.
@@ -297,7 +422,11 @@ class QdrantVectorIndex:
         return found
 
     def scan(self) -> Iterator[tuple[str, Iterator[StoredPoint]]]:
-        """Every ``bhgbrain_*`` collection with its points, payloads and vectors (for repair)."""
+        """Every ``bhgbrain_*`` collection with its points, payloads and vectors (for repair). A
+        collection made before the sparse vectors first gets them (derived index data, so a dry
+        run does it too: no memory is written)."""
+        with self._lock, _sync_lock(self.location):
+            self.upgrade()
         for name in self.collections(fresh=True):
             yield name, self._scroll(name)
 

@@ -25,13 +25,12 @@ from typing import Any
 from django.db import connection
 
 from memories.models import Memory
-from memories.text import analyze, analyze_query
+from memories.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B, field_tokens
+from memories.text import analyze_query
 from memories.threads import contexts
 from search.text_index import get_text_index
 
-TAG_WEIGHT = 2  # tags count twice in BM25 (chosen on the retrieval benchmark)
-CONTEXT_WEIGHT = 0.5  # a context word counts half a content word (measured: docs/retrieval.md)
-K1, B = 0.9, 0.4
+# TAG_WEIGHT, CONTEXT_WEIGHT, K1 and B live in memories.sparse: Qdrant's sparse vectors use them too.
 TEXT_FIELDS = frozenset({"content", "tags", "archived", "context", "occurred_at"})  # what the stored rows are made of
 
 
@@ -48,8 +47,8 @@ def fts_rowid(memory_id: uuid.UUID | str) -> int:
 
 
 def _fields(memory: Any, context: str) -> tuple[str, str, str]:
-    tags = " ".join(t.replace("-", " ") for t in memory.tags)
-    return " ".join(analyze(memory.content)), " ".join(analyze(tags)), " ".join(analyze(context))
+    content, tags, context_words = field_tokens(memory.content, memory.tags, context)
+    return " ".join(content), " ".join(tags), " ".join(context_words)
 
 
 def _sqlite_index(memory: Any, context: str) -> None:

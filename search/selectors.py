@@ -21,7 +21,9 @@ from django.utils import timezone
 from bhgbrain_site.errors import EmbeddingUnavailable
 from memories.embeddings import calibrate, get_embedder
 from memories.models import Memory
+from memories.qdrant_index import QdrantVectorIndex
 from memories.selectors import expiring_soon, inactive_reason, iso, turn_to_dict
+from memories.sparse import query_weights
 from memories.threads import turns_after, turns_before
 from memories.vector_index import get_vector_index
 from memories.vectors import VectorHit
@@ -75,14 +77,72 @@ def semantic_hits(query: str, *, namespace: str, collection: str | None, limit: 
         raise EmbeddingUnavailable("No embedding provider is available for semantic search")
     vector = embedder.embed_query(query)
     hits: list[VectorHit] = index.search(vector, namespace=namespace, collection=collection, limit=limit, now=now)
-    calibrated = calibrate(np.array([h.cosine for h in hits]), embedder.curve) if hits else []
+    return _semantic_scored(hits, embedder.curve)
+
+
+def _semantic_scored(hits: list[VectorHit], curve: Any) -> list[Scored]:
+    calibrated = calibrate(np.array([h.cosine for h in hits]), curve) if hits else []
     return [Scored(h.memory_id, float(c), semantic=float(c)) for h, c in zip(hits, calibrated, strict=True)]
 
 
+def _text_scored(hits: list[tuple[str, float]]) -> list[Scored]:
+    hits = [(memory_id, score) for memory_id, score in hits if score > 0]
+    best = max((score for _, score in hits), default=0.0) or 1.0
+    return [Scored(memory_id, score / best, fulltext=score / best) for memory_id, score in hits]
+
+
+def _qdrant() -> QdrantVectorIndex | None:
+    """The Qdrant index when it serves full-text too (``vector_index: "qdrant"``): then no
+    per-process text index is ever loaded. None on the embedded backend, and in degraded mode
+    (no embedder, so no index: full-text falls back to the in-process index)."""
+    if settings.BHGBRAIN.vector_index != "qdrant":
+        return None
+    index = get_vector_index()
+    return index if isinstance(index, QdrantVectorIndex) else None
+
+
 def fulltext_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]:
-    hits = [h for h in fulltext.search(query, namespace=namespace, collection=collection, now=now, limit=limit) if h.score > 0]
-    best = max((h.score for h in hits), default=0.0) or 1.0
-    return [Scored(h.memory_id, h.score / best, fulltext=h.score / best) for h in hits]
+    """BM25-ranked memories, each scored against the query's best (0..1)."""
+    index = _qdrant()
+    if index is not None:
+        terms = query_weights(query)
+        try:
+            _, text = index.query(None, terms, namespace=namespace, collection=collection, limit=limit, now=now) if terms else ([], [])
+            return _text_scored(text)
+        except _unreachable():
+            logger.exception("qdrant unreachable: full-text falls back to this process's own index")
+    hits = fulltext.search(query, namespace=namespace, collection=collection, now=now, limit=limit)
+    return _text_scored([(h.memory_id, h.score) for h in hits])
+
+
+def _both_sides(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime) -> tuple[list[Scored], list[Scored]]:
+    """The semantic and full-text candidate lists of a hybrid search (semantic empty without an
+    embedder). On Qdrant both come from one Query API call a collection."""
+    index = _qdrant()
+    if index is None:
+        text = fulltext_hits(query, namespace=namespace, collection=collection, limit=limit, now=now)
+        try:
+            semantic = semantic_hits(query, namespace=namespace, collection=collection, limit=limit, now=now)
+        except EmbeddingUnavailable:
+            semantic = []  # degrade silently to full-text
+        return semantic, text
+    embedder = get_embedder()
+    assert embedder is not None  # _qdrant() found an index, which needs one
+    try:
+        dense, text_hits = index.query(embedder.embed_query(query), query_weights(query), namespace=namespace,
+                                       collection=collection, limit=limit, now=now)
+    except _unreachable():
+        logger.exception("qdrant unreachable: hybrid search falls back to this process's full-text index alone")
+        hits = fulltext.search(query, namespace=namespace, collection=collection, now=now, limit=limit)
+        return [], _text_scored([(h.memory_id, h.score) for h in hits])
+    return _semantic_scored(dense, embedder.curve), _text_scored(text_hits)
+
+
+def _unreachable() -> tuple[type[Exception], ...]:
+    """What qdrant-client raises when the server cannot be reached or answers an error."""
+    from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+    return ResponseHandlingException, UnexpectedResponse, ConnectionError
 
 
 # --- fusion ------------------------------------------------------------------------------
@@ -232,11 +292,7 @@ def memories_search(
         items = semantic_hits(query, namespace=namespace, collection=collection, limit=limit, now=now)
         return _attach(items, namespace=namespace, now=now)[:limit]
     depth = max(params.depth, limit)
-    text = fulltext_hits(query, namespace=namespace, collection=collection, limit=depth, now=now)
-    try:
-        semantic = semantic_hits(query, namespace=namespace, collection=collection, limit=depth, now=now)
-    except EmbeddingUnavailable:
-        semantic = []  # degrade silently to full-text
+    semantic, text = _both_sides(query, namespace=namespace, collection=collection, limit=depth, now=now)
     fused = _attach(fuse(semantic, text, params), namespace=namespace, now=now)
     return apply_priors(fused, params)[:limit]
 
