@@ -1,6 +1,7 @@
 """Retrieval benchmark on the LoCoMo dev half in ../shared/eval (never copied into this repo).
 
     .venv/bin/python bench/retrieval.py [--eval DIR] [--modes fulltext,semantic,hybrid] [--ingest plain,threads] [--sweep]
+                                        [--vector-index embedded|qdrant]
 
 Loads every conversation turn twice through the product's own write services and asks every
 question of both copies through the product's own search selectors:
@@ -16,6 +17,12 @@ category, and the thread ingest rate against the embedding model's own batch rat
 passages. The ingested store is cached under bench/results/ (keyed by the data and the stored
 fields) so reruns skip the minutes of embedding. ``--sweep`` re-fuses cached candidate lists
 offline to compare fusion settings.
+
+``--vector-index qdrant`` asks the same questions of the same store through the Qdrant backend:
+qdrant-client's local mode in a fresh temporary folder, filled from the cached store's vectors by
+the backend's own sync (no re-embedding); full-text and hybrid then run inside Qdrant (BM25
+sparse vectors). It reports the points pushed and the time taken, and checks that no
+per-process text index was loaded.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -48,11 +56,16 @@ def _store_dir(eval_dir: Path) -> Path:
     return ROOT / "bench" / "results" / f"retrieval-store-{digest}-v{STORE_VERSION}"
 
 
-def _setup_django(store: Path) -> None:
+def _setup_django(store: Path, qdrant_dir: Path | None = None) -> None:
     store.mkdir(parents=True, exist_ok=True)
     config = store / "config.json"
     if not config.exists():
         config.write_text(json.dumps({"deduplication": {"enabled": False}, "device": {"id": "bench"}}))
+    if qdrant_dir is not None:  # the same store (data_dir), its vector index in Qdrant's local mode
+        settings = json.loads(config.read_text()) | {
+            "data_dir": str(store), "vector_index": "qdrant", "qdrant": {"mode": "embedded", "embedded_path": str(qdrant_dir)}}
+        config = qdrant_dir.parent / "config.json"
+        config.write_text(json.dumps(settings))
     os.environ["BHGBRAIN_CONFIG"] = str(config)
     os.environ["DJANGO_SETTINGS_MODULE"] = "bhgbrain_site.settings"
     os.environ.pop("DATABASE_URL", None)
@@ -147,6 +160,25 @@ def _ingest_threads(memories: list[dict], store: Path) -> dict[str, list[str]]:
     return mapping
 
 
+def _fill_qdrant() -> None:
+    """Push the whole cached store into the (empty) Qdrant folder through the backend's sync."""
+    from memories.models import Memory
+    from memories.qdrant_index import QdrantVectorIndex
+    from memories.vector_index import get_vector_index
+
+    index = get_vector_index()
+    assert isinstance(index, QdrantVectorIndex)
+    started = time.perf_counter()
+    index.sync()
+    elapsed = time.perf_counter() - started
+    client = index.client()
+    points = sum(client.count(name, exact=True).count for name in index.collections(fresh=True))
+    live = Memory.objects.filter(archived=False).count()
+    print(f"qdrant (local mode): {points} points in {len(index.collections())} collections, pushed in {elapsed:.1f} s")
+    if points != live:
+        raise SystemExit(f"qdrant holds {points} points for {live} live memories: the change feed was pruned?")
+
+
 def _score(gold: list[str], ranked: list[str]) -> dict[str, float]:
     gold_set = set(gold)
     out = {f"recall@{k}": sum(1 for r in ranked[:k] if r in gold_set) / len(gold_set) for k in (1, 5, 10)}
@@ -185,7 +217,8 @@ def _run_mode(mode: str, queries: list[dict], mapping: dict[str, list[str]], ing
         ranked = _ranked(mapping, items)
         results.append({"query_id": q["query_id"], "ranked": ranked})
         per_query.append((q["category"], _score(q["gold"], ranked)))
-    out = ROOT / "bench" / "results" / f"retrieval-{ingest}-{mode}.jsonl"
+    backend = "" if os.environ.get("BENCH_VECTOR_INDEX", "embedded") == "embedded" else "-qdrant"
+    out = ROOT / "bench" / "results" / f"retrieval-{ingest}-{mode}{backend}.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in results))
     return _report(f"{ingest:8} {mode}", per_query), latencies
 
@@ -248,17 +281,39 @@ def main() -> None:
     parser.add_argument("--ingest", default="plain,threads", help="plain, threads or both (comma-separated)")
     parser.add_argument("--sweep", action="store_true", help="re-fuse the plain store's candidates offline")
     parser.add_argument("--json", help="write the full per-category tables here")
+    parser.add_argument("--vector-index", choices=("embedded", "qdrant"), default="embedded",
+                        help="qdrant: the same store through the Qdrant backend (local mode, in a temporary folder)")
     args = parser.parse_args()
+    os.environ["BENCH_VECTOR_INDEX"] = args.vector_index
     eval_dir = Path(args.eval)
     if not (eval_dir / "locomo_memories.jsonl").exists():
         raise SystemExit(f"no benchmark data in {eval_dir} (expected ../shared/eval beside the repo)")
     memories, queries = _load(eval_dir)
     store = _store_dir(eval_dir)
-    _setup_django(store)
     ingests = args.ingest.split(",")
-    mappings = {"plain": _ingest(memories, store)} if "plain" in ingests or args.sweep else {}
+    with tempfile.TemporaryDirectory(prefix="bhgbrain-bench-qdrant-") as scratch:
+        qdrant_dir = Path(scratch) / "qdrant" if args.vector_index == "qdrant" else None
+        _setup_django(store, qdrant_dir)
+        mappings = {"plain": _ingest(memories, store)} if "plain" in ingests or args.sweep else {}
+        if "threads" in ingests:
+            mappings["threads"] = _ingest_threads(memories, store)
+        if qdrant_dir is not None:
+            _fill_qdrant()
+        _evaluate(args, ingests, mappings, memories, queries, store)
+        if qdrant_dir is not None:
+            from memories.vector_index import reset_vector_index
+            from search.text_index import text_index_loaded
+
+            loaded = text_index_loaded()
+            print(f"per-process text index loaded: {loaded}")
+            reset_vector_index()  # local mode: release the folder before it is removed
+            if loaded:
+                raise SystemExit("the Qdrant backend loaded a per-process text index")
+
+
+def _evaluate(args: argparse.Namespace, ingests: list[str], mappings: dict[str, dict[str, list[str]]],
+              memories: list[dict], queries: list[dict], store: Path) -> None:
     if "threads" in ingests:
-        mappings["threads"] = _ingest_threads(memories, store)
         rates = json.loads((store / "thread-ingest.json").read_text())
         print(f"thread ingest {rates['ingest_per_s']:.1f} messages/s; the model alone {rates['model_per_s']:.1f} "
               f"passages/s in the same batches: {100 * rates['ratio']:.0f} %")

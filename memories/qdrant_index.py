@@ -133,6 +133,11 @@ def _payload_sparse(payload: dict[str, Any]) -> Any:
     return _sparse_vector(sparse.memory_weights(str(payload.get("content") or ""), [str(t) for t in tags]))
 
 
+class SparseVectorsMissing(LookupError):
+    """A collection without the ``bm25`` sparse vector that the server could not upgrade: the
+    caller answers full-text from the in-process index instead."""
+
+
 class QdrantVectorIndex:
     kind = "qdrant"  # the config's vector_index value
     shared = True
@@ -145,6 +150,7 @@ class QdrantVectorIndex:
         self._lock = threading.RLock()
         self._ensured: set[str] = set()
         self._sparse_ready: set[str] = set()  # collections known to carry the bm25 sparse vector
+        self._sparse_missing: set[str] = set()  # old collections the server could not give one
         self._upgraded = False
         self._listing: tuple[float, list[str]] = (0.0, [])
 
@@ -209,16 +215,23 @@ class QdrantVectorIndex:
         """Give a collection created before full-text moved into Qdrant its ``bm25`` sparse vector,
         and every point its sparse vector (from this store's rows, else from the payload: nothing
         is embedded again). Returns whether it back-filled."""
-        if name in self._sparse_ready:
+        if name in self._sparse_ready or name in self._sparse_missing:
             return False
         from qdrant_client import models
+        from qdrant_client.http.exceptions import UnexpectedResponse
 
         client = self.client()
         if sparse.VECTOR_NAME in (client.get_collection(name).config.params.sparse_vectors or {}):
             self._sparse_ready.add(name)
             return False
-        client.create_vector_name(name, sparse.VECTOR_NAME,
-                                  models.SparseVectorNameConfig(sparse=models.SparseVectorConfig(modifier=models.Modifier.IDF)))
+        try:
+            client.create_vector_name(name, sparse.VECTOR_NAME, models.SparseVectorNameConfig(
+                sparse=models.SparseVectorConfig(modifier=models.Modifier.IDF)))
+        except UnexpectedResponse:  # a server without the create-vector-name API (before Qdrant 1.18)
+            logger.exception("qdrant: %s has no sparse vector and the server cannot add one: its full-text "
+                             "searches use this process's own index until Qdrant is upgraded", name)
+            self._sparse_missing.add(name)
+            return False
         filled = 0
         for batch in self._batches(name):
             self._backfill(name, batch)
@@ -285,16 +298,22 @@ class QdrantVectorIndex:
 
         rows = {m.id: m for m in Memory.objects.filter(id__in=memory_ids)} if memory_ids else {}
         if reset:  # the whole store was replaced: every memory it now holds
-            rows.update({m.id: m for m in Memory.objects.filter(archived=False, embedding__isnull=False)})
+            rows.update({m.id: m for m in Memory.objects.filter(archived=False)})
         points: dict[str, list[Any]] = {}
         context = contexts(m for m in rows.values() if self._indexable(m))
         for memory in rows.values():
             if self._indexable(memory):
-                vector: dict[str, Any] = {sparse.VECTOR_NAME: _memory_sparse(memory, context.get(str(memory.id), ""))}
+                name = collection_name(memory.namespace, memory.collection)
+                self._ensure(name)  # first: an old collection may turn out unable to hold a sparse vector
+                vector: dict[str, Any] = {}
+                if name not in self._sparse_missing:
+                    vector[sparse.VECTOR_NAME] = _memory_sparse(memory, context.get(str(memory.id), ""))
                 dense = self._dense(memory)
                 if dense is not None:
                     vector[""] = dense
-                points.setdefault(collection_name(memory.namespace, memory.collection), []).append(
+                if not vector:
+                    continue  # an old collection on an old server: nothing it can hold
+                points.setdefault(name, []).append(
                     models.PointStruct(id=str(memory.id), vector=vector, payload=point_payload(memory)))
         # Drop the old points of what changed: deleted, archived or moved memories, and upserted
         # ones wherever they no longer belong. A live memory's points can only be in its own
@@ -309,7 +328,6 @@ class QdrantVectorIndex:
             if doomed:
                 client.delete(name, points_selector=models.PointIdsList(points=doomed), wait=True)
         for name, batch in points.items():
-            self._ensure(name)
             for start in range(0, len(batch), 256):
                 client.upsert(name, points=batch[start:start + 256], wait=True)
 
@@ -375,6 +393,8 @@ class QdrantVectorIndex:
                 continue
             if terms:
                 self._ensure_sparse(name)  # a collection another (older) process created since
+                if name in self._sparse_missing:
+                    raise SparseVectorsMissing(name)
             answers = iter(client.query_batch_points(name, requests=requests))
             if vector is not None:
                 dense.extend(VectorHit(str(p.id), float(p.score)) for p in next(answers).points)

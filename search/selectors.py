@@ -21,7 +21,7 @@ from django.utils import timezone
 from bhgbrain_site.errors import EmbeddingUnavailable
 from memories.embeddings import calibrate, get_embedder
 from memories.models import Memory
-from memories.qdrant_index import QdrantVectorIndex
+from memories.qdrant_index import QdrantVectorIndex, SparseVectorsMissing
 from memories.selectors import expiring_soon, inactive_reason, iso, turn_to_dict
 from memories.sparse import query_weights
 from memories.threads import turns_after, turns_before
@@ -110,7 +110,7 @@ def fulltext_hits(query: str, *, namespace: str, collection: str | None, limit: 
             _, text = index.query(None, terms, namespace=namespace, collection=collection, limit=limit, now=now) if terms else ([], [])
             return _text_scored(text)
         except _unreachable():
-            logger.exception("qdrant unreachable: full-text falls back to this process's own index")
+            logger.exception("qdrant cannot answer full-text: it falls back to this process's own index")
     hits = fulltext.search(query, namespace=namespace, collection=collection, now=now, limit=limit)
     return _text_scored([(h.memory_id, h.score) for h in hits])
 
@@ -132,17 +132,18 @@ def _both_sides(query: str, *, namespace: str, collection: str | None, limit: in
         dense, text_hits = index.query(embedder.embed_query(query), query_weights(query), namespace=namespace,
                                        collection=collection, limit=limit, now=now)
     except _unreachable():
-        logger.exception("qdrant unreachable: hybrid search falls back to this process's full-text index alone")
+        logger.exception("qdrant cannot answer: hybrid search falls back to this process's full-text index alone")
         hits = fulltext.search(query, namespace=namespace, collection=collection, now=now, limit=limit)
         return [], _text_scored([(h.memory_id, h.score) for h in hits])
     return _semantic_scored(dense, embedder.curve), _text_scored(text_hits)
 
 
 def _unreachable() -> tuple[type[Exception], ...]:
-    """What qdrant-client raises when the server cannot be reached or answers an error."""
+    """What qdrant-client raises when the server cannot be reached or answers an error, and a
+    collection an old server could not give its sparse vector."""
     from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-    return ResponseHandlingException, UnexpectedResponse, ConnectionError
+    return ResponseHandlingException, UnexpectedResponse, ConnectionError, SparseVectorsMissing
 
 
 # --- fusion ------------------------------------------------------------------------------

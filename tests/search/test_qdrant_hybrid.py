@@ -228,3 +228,46 @@ def test_the_sync_backfills_an_old_collection_too(qdrant: QdrantVectorIndex, has
     index.sync()
     assert sparse.VECTOR_NAME in index.client().get_collection(name).config.params.sparse_vectors
     assert _fulltext("axolotl") == [mine.id]
+
+
+def test_qdrant_scores_are_bm25_with_the_engines_idf(qdrant: QdrantVectorIndex) -> None:
+    docs = [remember(text, namespace="bm25") for text in (
+        "Kestrel nests above the quarry", "The quarry floods every spring", "Spring cleaning of the garage")]
+    _, text = qdrant.query(None, sparse.query_weights("quarry kestrel"), namespace="bm25", collection=None, limit=10,
+                           now=timezone.now())
+    scores = dict(text)
+
+    def idf(df: int, n: int = 3) -> float:
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+    def part(content: str, term: str) -> float:
+        return sparse.memory_weights(content, [])[sparse.term_id(term)]
+
+    first = idf(2) * part("Kestrel nests above the quarry", "quarri") + idf(1) * part("Kestrel nests above the quarry", "kestrel")
+    assert scores[docs[0].id] == pytest.approx(first, rel=1e-5)
+    assert scores[docs[1].id] == pytest.approx(idf(2) * part("The quarry floods every spring", "quarri"), rel=1e-5)
+    assert docs[2].id not in scores  # shares no term
+
+
+def test_an_old_server_that_cannot_add_the_sparse_vector_keeps_writes_and_fulltext_working(
+    qdrant: QdrantVectorIndex, hash_embedder, monkeypatch,  # noqa: ANN001
+) -> None:
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    first = remember("Old server: the capybara note")
+    name = collection_name("global", "general")
+    memory = Memory.objects.get(id=first.id)
+    _old_collection(qdrant, name, [models.PointStruct(id=first.id, vector=hash_embedder.embed_passage(memory.content).tolist(),
+                                                      payload=point_payload(memory))])
+    vector_index.reset_vector_index()
+    index = vector_index.get_vector_index()
+
+    def refuse(*args: object, **kwargs: object) -> None:  # what a server before the API answers
+        raise UnexpectedResponse(404, "Not Found", b'{"status": {"error": "Not found"}}', {})
+
+    monkeypatch.setattr(index.client(), "create_vector_name", refuse)
+    second = remember("Old server: the capybara follow-up")  # the sync must still upsert (dense only)
+    record = index.client().retrieve(name, ids=[second.id], with_vectors=True)[0]
+    assert isinstance(record.vector, list) and Memory.objects.get(id=second.id).vector_synced
+    assert set(_fulltext("capybara")) == {first.id, second.id}  # answered by the in-process fallback
+    assert text_index.text_index_loaded()
