@@ -472,7 +472,7 @@ class QdrantVectorIndex:
 
     def health(self) -> tuple[str, str]:
         try:
-            count = len(self.collections())
+            count = len(self.collections(fresh=True))  # a real round trip: the cached listing proves nothing
         except Exception as exc:  # noqa: BLE001 - any client error means the index is unreachable
             return "unhealthy", f"qdrant at {self.location} unreachable: {type(exc).__name__}"
         return "healthy", f"qdrant at {self.location} ({count} bhgbrain collections)"
