@@ -1,5 +1,5 @@
 """The seed's store commands of the ``bhgbrain`` CLI: list, search, show, tier, stats, audit,
-category, gc, archive, backup, and repair.
+category, gc, archive, backup, and repair; and ``store migrate`` (into PostgreSQL and Qdrant).
 
 Each turns its arguments into one operation call (bhgbrain_site.registry) and prints the
 result as JSON; errors print the envelope and exit 1. They run in-process on the configured
@@ -111,6 +111,25 @@ def cmd_repair(args: argparse.Namespace) -> int:
     return _run("repair", {**arguments, "device_id": args.device_id} if args.device_id else arguments)
 
 
+def cmd_store(args: argparse.Namespace) -> int:
+    """store migrate: copy this store into PostgreSQL (and Qdrant), then verify the copy.
+
+    Not an operation of the registry: it works on databases and folders named on the server's
+    command line and runs for minutes, so it is offered by the CLI only (bhgbrain_site.store_migration)."""
+    from bhgbrain_site.errors import DomainError, to_envelope
+    from bhgbrain_site.store_migration import store_migrate
+
+    try:
+        report = store_migrate(target_url=args.to_database, vector_index=args.to_vector_index,
+                               qdrant_url=args.qdrant_url, qdrant_path=args.qdrant_path,
+                               batch_size=args.batch_size, samples=args.samples)
+    except DomainError as exc:
+        print(json.dumps(to_envelope(exc)[1], indent=2, ensure_ascii=False))
+        return 1
+    print(json.dumps(report, indent=2, ensure_ascii=False, default=str))
+    return 0 if report.get("ok") else 1
+
+
 def _command(parent: Any, name: str, helptext: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
     """A subcommand that acts on one namespace (``--namespace``, default: the configured one)."""
     parser = parent.add_parser(name, help=helptext)
@@ -195,7 +214,23 @@ def _add_repair(sub: Any) -> None:
     repair.set_defaults(func=cmd_repair)
 
 
+def _add_store(sub: Any) -> None:
+    store = sub.add_parser("store", help="move the whole store").add_subparsers(dest="store_command", required=True)
+    migrate = store.add_parser(
+        "migrate", help="copy this store into PostgreSQL (and Qdrant) without re-embedding; resumable; verified")
+    migrate.add_argument("--to-database", required=True, metavar="URL",
+                         help="postgres://user:password@host:port/dbname (an existing, empty database)")
+    migrate.add_argument("--to-vector-index", choices=("embedded", "qdrant"),
+                         help="the target's vector index (default: this config's vector_index)")
+    qdrant = migrate.add_mutually_exclusive_group()
+    qdrant.add_argument("--qdrant-url", metavar="URL", help="a Qdrant server (API key: the config's qdrant.api_key_env)")
+    qdrant.add_argument("--qdrant-path", metavar="DIR", help="Qdrant local mode in this folder")
+    migrate.add_argument("--batch-size", type=int, default=500, help="rows per committed batch (at most 1000)")
+    migrate.add_argument("--samples", type=int, default=8, help="memories whose searches are compared on both stores")
+    migrate.set_defaults(func=cmd_store)
+
+
 def add_store_commands(sub: Any) -> None:
     """The seed's store commands, onto the ``bhgbrain`` parser's subcommands."""
-    for add in (_add_reads, _add_tier, _add_category, _add_retention, _add_backup, _add_repair):
+    for add in (_add_reads, _add_tier, _add_category, _add_retention, _add_backup, _add_repair, _add_store):
         add(sub)
