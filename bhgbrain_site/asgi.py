@@ -27,7 +27,10 @@ def _mcp_app() -> Any:
 
     host = settings.BHGBRAIN.transport.http.host
     security = None if is_loopback(host) else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    # MCP sessions live in the process that opened them; with several workers the next request
+    # may reach another one, so each request stands alone (every tool call carries its caller).
     return build_server("http").streamable_http_app(
+        stateless_http=settings.BHGBRAIN_WORKERS > 1,
         streamable_http_path="/mcp",
         host=host,
         transport_security=security,

@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -44,6 +47,7 @@ def migrate_store() -> None:
     from django.core.management import call_command
 
     call_command("migrate", interactive=False, verbosity=0, stdout=sys.stderr)
+    call_command("createcachetable", verbosity=0)  # the rate limits' table when several workers share the database
 
 
 # `bhgbrain manage <these>` inspect or change the migrations themselves: never migrate first
@@ -54,7 +58,7 @@ def _err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _banner(host: str, port: int, scheduler: int | None) -> None:
+def _banner(host: str, port: int, scheduler: int | None, workers: int) -> None:
     from django.conf import settings
 
     token_env = settings.BHGBRAIN.transport.http.bearer_token_env
@@ -65,6 +69,8 @@ def _banner(host: str, port: int, scheduler: int | None) -> None:
             [
                 "BHGBrain server",
                 f"  listening   http://{host}:{port}  (health: /health, MCP: /mcp, tools: POST /tool/<name>, admin: /admin/)",
+                f"  workers     {workers} (pid {os.getpid()}{' supervises them' if workers > 1 else ''})",
+                f"  shared      {_shared_state(workers)}",
                 f"  config      {settings.BHGBRAIN_CONFIG_PATH}",
                 f"  data        {settings.BHGBRAIN_DATA_DIR}",
                 f"  database    {db['ENGINE'].rsplit('.', 1)[-1]}: {db['NAME']}",
@@ -81,14 +87,112 @@ def _banner(host: str, port: int, scheduler: int | None) -> None:
     )
 
 
+def _shared_state(workers: int) -> str:
+    from django.conf import settings
+
+    if settings.REDIS_URL:
+        return "Redis (rate limits, the scheduler's queue)"
+    if workers > 1:
+        return "the database (rate limits: table bhgbrain_cache; the scheduler's queue)"
+    return "in this process (rate limits); the database (the scheduler's queue)"
+
+
 def _start_scheduler() -> subprocess.Popen[bytes]:
     """django-q2's cluster under bhgbrain_site.supervisor, which ends the cluster's whole process
-    group (workers included) when this server stops or dies; logs go to stderr."""
+    group (workers included) when this server stops or dies; logs go to stderr. One cluster per
+    server, however many HTTP workers it has."""
     from bhgbrain_site.schedules import register_schedules
 
     register_schedules()
     command = [sys.executable, "-m", "bhgbrain_site.supervisor", "--", sys.executable, "-m", "django", "qcluster"]
-    return subprocess.Popen(command, stdout=sys.stderr, env=os.environ.copy())
+    env = {k: v for k, v in os.environ.items() if k != MULTIPROC_ENV}
+    return subprocess.Popen(command, stdout=sys.stderr, env=env)
+
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _metrics_dir(data_dir: Path) -> Path:
+    """This run's folder for prometheus-client's multiprocess files (``data_dir/metrics/<pid>``),
+    empty at start; folders of servers that are gone are removed."""
+    root = data_dir / "metrics"
+    root.mkdir(exist_ok=True)
+    for old in root.iterdir():
+        if old.is_dir() and (not old.name.isdigit() or int(old.name) == os.getpid() or not _pid_alive(int(old.name))):
+            shutil.rmtree(old, ignore_errors=True)
+    directory = root / str(os.getpid())
+    directory.mkdir()
+    return directory
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM (a graceful stop) to this worker when the server that supervises it dies,
+    even by SIGKILL, so no worker keeps serving the port on its own."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        parent = os.getppid()
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _flush_accesses() -> None:
+    from django.db import DatabaseError
+
+    from memories.access import tracker
+
+    try:
+        tracker.flush()
+    except DatabaseError:
+        logging.getLogger("bhgbrain.retention").exception("final access flush failed")
+
+
+def _flushing_on_shutdown(app: Any) -> Any:
+    """``app`` that writes this process's pending accesses when its server shuts down (ASGI
+    lifespan). A spawned worker never runs ``atexit``: uvicorn re-raises SIGTERM after its graceful
+    stop, and a worker's SIGTERM is the default one, which ends the process at once."""
+    from asgiref.sync import sync_to_async
+
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await app(scope, receive, send)
+            return
+
+        async def receive_flushing() -> dict[str, Any]:
+            message = await receive()
+            if message["type"] == "lifespan.shutdown":
+                await sync_to_async(_flush_accesses, thread_sensitive=False)()
+            return message
+
+        await app(scope, receive_flushing, send)
+
+    return wrapped
+
+
+def worker_application() -> Any:
+    """uvicorn's app factory: runs once in each process that serves HTTP (the server itself with
+    one worker, each spawned worker with several). Each process warms its own in-process indexes
+    and flushes its own access batch when it stops."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        _die_with_parent()
+    from bhgbrain_site.asgi import application
+    from search.services import start_warming
+
+    start_warming()
+    return _flushing_on_shutdown(application)
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
@@ -147,20 +251,33 @@ def cmd_server_start(args: argparse.Namespace) -> int:
     except StartupRefused as exc:
         _err(str(exc))
         return 2
+    workers = settings.BHGBRAIN_WORKERS
+    refusal = _workers_refusal(workers)
+    if refusal:
+        _err(refusal)
+        return 2
     migrate_store()
-    from search.services import start_warming
-
-    start_warming()
     scheduler = None if args.no_scheduler else _start_scheduler()
-    _banner(host, port, scheduler.pid if scheduler else None)
+    _banner(host, port, scheduler.pid if scheduler else None, workers)
+    metrics_dir = None
+    if workers > 1:
+        for warning in _workers_warnings():
+            _err(warning)
+        # set before the workers start: each one imports prometheus-client in multiprocess mode
+        metrics_dir = _metrics_dir(settings.BHGBRAIN_DATA_DIR)
+        os.environ[MULTIPROC_ENV] = str(metrics_dir)
     import uvicorn
 
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the previous handler:
-    # make that handler an orderly exit so the scheduler child is stopped too.
+    # make that handler an orderly exit so the scheduler child is stopped too. (With several
+    # workers uvicorn's supervisor takes SIGTERM itself, stops the workers and returns.)
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
-        uvicorn.run("bhgbrain_site.asgi:application", host=host, port=port, log_level="warning", lifespan="on")
+        uvicorn.run("bhgbrain_site.cli:worker_application", factory=True, host=host, port=port, workers=workers,
+                    log_level="warning", lifespan="on")
     finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
         if scheduler is not None:
             scheduler.send_signal(signal.SIGTERM)
             try:
@@ -168,6 +285,37 @@ def cmd_server_start(args: argparse.Namespace) -> int:
             except subprocess.TimeoutExpired:
                 scheduler.kill()
     return 0
+
+
+def _workers_refusal(workers: int) -> str | None:
+    """Why these settings cannot run ``workers`` processes (None if they can)."""
+    from django.conf import settings
+
+    config = settings.BHGBRAIN
+    if workers > 1 and config.vector_index == "qdrant" and config.qdrant.mode == "embedded":
+        return ("--workers/transport.http.workers > 1 needs qdrant.mode \"external\": qdrant-client's local mode "
+                "locks its folder to one process.")
+    if settings.REDIS_URL:
+        import redis
+
+        try:
+            redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=5).ping()
+        except redis.RedisError as exc:
+            return f"redis_url/REDIS_URL is set but Redis does not answer: {exc}"
+    return None
+
+
+def _workers_warnings() -> list[str]:
+    from django.conf import settings
+
+    warnings = []
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        warnings.append("note: several workers on SQLite: allowed (WAL lets processes share the file), but every write "
+                        "waits for the one write lock; PostgreSQL (DATABASE_URL) is the scale-out path.")
+    if settings.BHGBRAIN.vector_index == "embedded":
+        warnings.append("note: vector_index \"embedded\": each worker loads its own copy of the in-process indexes "
+                        "(memory and start-up time times the workers).")
+    return warnings
 
 
 def cmd_server_status(args: argparse.Namespace) -> int:
@@ -269,6 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     start = server.add_parser("start", help="start the HTTP server and the scheduler")
     start.add_argument("--host")
     start.add_argument("--port", type=int)
+    start.add_argument("--workers", type=int, choices=range(1, 65), metavar="N",
+                       help="HTTP worker processes (default: transport.http.workers, 1); the scheduler runs once")
     start.add_argument("--no-scheduler", action="store_true", help="do not start the django-q2 cluster")
     start.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout (for Claude Desktop, Codex, ...)")
     start.set_defaults(func=cmd_server_start, store=False)  # it migrates itself, after checking the binding
@@ -306,6 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.command == "server" and getattr(args, "stdio", False) and not rest:
         return _serve_stdio(args.config)
+    if getattr(args, "workers", None):
+        os.environ["BHGBRAIN_WORKERS"] = str(args.workers)  # settings (caches, MCP) and the workers read it
     _setup_django(args.config)
     if args.command == "manage":
         from django.core.management import execute_from_command_line

@@ -75,8 +75,7 @@ async def resource(request: HttpRequest) -> JsonResponse:
 
 
 def render_metrics() -> str:
-    return metrics.render(memory_count=memory_count(), rate_limit_buckets=rate_limiter.buckets(),
-                          rate_limited_total=rate_limiter.limited_total)
+    return metrics.render(memory_count=memory_count(), rate_limit_buckets=rate_limiter.buckets())
 
 
 @require_GET

@@ -1,66 +1,70 @@
-"""In-process Prometheus metrics: counters and real bucketed histograms (p50/p95/p99 derivable).
+"""Prometheus metrics (prometheus-client): tool calls, their durations (bucketed histograms, so
+p50/p95/p99 come from ``histogram_quantile``) and rate-limit refusals.
 
-The registry records every operation call here; ``GET /metrics`` (bhgbrain_site.http) renders them."""
+The registry records every operation call here, the HTTP guard every 429; ``GET /metrics``
+(bhgbrain_site.http) renders them. A server with several workers sets
+``PROMETHEUS_MULTIPROC_DIR`` before its workers start: each worker then writes its values to
+files there and a scrape, whichever worker answers it, sums every worker's files
+(prometheus-client's multiprocess mode). One process keeps them in memory.
+"""
 from __future__ import annotations
 
-import bisect
-import threading
-from collections import defaultdict
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
-
-class _Histogram:
-    def __init__(self) -> None:
-        self.counts = [0] * (len(BUCKETS) + 1)
-        self.total = 0.0
-        self.n = 0
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(BUCKETS, seconds)] += 1
-        self.total += seconds
-        self.n += 1
+disable_created_metrics()  # no *_created series: the text stays what it was before prometheus-client
 
 
 class Metrics:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._calls: dict[tuple[str, str], int] = defaultdict(int)
-        self._durations: dict[str, _Histogram] = defaultdict(_Histogram)
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._calls = Counter("bhgbrain_tool_calls", "Tool calls by tool and outcome.", ["tool", "outcome"],
+                              registry=self.registry)
+        self._durations = Histogram("bhgbrain_tool_duration_seconds", "Tool call duration.", ["tool"],
+                                    buckets=BUCKETS, registry=self.registry)
+        self._limited = Counter("bhgbrain_rate_limited", "Requests refused with 429.", registry=self.registry)
 
     def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
-        with self._lock:
-            self._calls[(tool, outcome)] += 1
-            self._durations[tool].observe(seconds)
+        self._calls.labels(tool=tool, outcome=outcome).inc()
+        self._durations.labels(tool=tool).observe(seconds)
 
-    def render(self, *, memory_count: int, rate_limit_buckets: int, rate_limited_total: int) -> str:
-        lines = [
-            "# HELP bhgbrain_tool_calls_total Tool calls by tool and outcome.",
-            "# TYPE bhgbrain_tool_calls_total counter",
+    def rate_limited(self) -> None:
+        self._limited.inc()
+
+    def _recorded(self) -> CollectorRegistry:
+        """Every worker's values in multiprocess mode, else this process's."""
+        directory = os.environ.get(MULTIPROC_ENV)
+        if not directory:
+            return self.registry
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=directory)
+        return merged
+
+    def render(self, *, memory_count: int, rate_limit_buckets: int) -> str:
+        gauges = CollectorRegistry()
+        gauges.register(_Gauges(memory_count, rate_limit_buckets))
+        return (generate_latest(self._recorded()) + generate_latest(gauges)).decode()
+
+
+class _Gauges:
+    """Values read at scrape time from the store and the shared rate-limit cache."""
+
+    def __init__(self, memory_count: int, rate_limit_buckets: int) -> None:
+        self.values = (memory_count, rate_limit_buckets)
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        memory_count, buckets = self.values
+        return [
+            GaugeMetricFamily("bhgbrain_memory_count", "Live memories.", value=memory_count),
+            GaugeMetricFamily("bhgbrain_rate_limit_buckets",
+                              "Client addresses with a rate-limit window opened in the last 60-70 s.", value=buckets),
         ]
-        with self._lock:
-            for (tool, outcome), count in sorted(self._calls.items()):
-                lines.append(f'bhgbrain_tool_calls_total{{tool="{tool}",outcome="{outcome}"}} {count}')
-            lines += ["# HELP bhgbrain_tool_duration_seconds Tool call duration.",
-                      "# TYPE bhgbrain_tool_duration_seconds histogram"]
-            for tool, hist in sorted(self._durations.items()):
-                cumulative = 0
-                for bound, count in zip((*BUCKETS, float("inf")), hist.counts, strict=True):
-                    cumulative += count
-                    le = "+Inf" if bound == float("inf") else repr(bound)
-                    lines.append(f'bhgbrain_tool_duration_seconds_bucket{{tool="{tool}",le="{le}"}} {cumulative}')
-                lines.append(f'bhgbrain_tool_duration_seconds_sum{{tool="{tool}"}} {hist.total:.6f}')
-                lines.append(f'bhgbrain_tool_duration_seconds_count{{tool="{tool}"}} {hist.n}')
-        lines += [
-            "# HELP bhgbrain_memory_count Live memories.", "# TYPE bhgbrain_memory_count gauge",
-            f"bhgbrain_memory_count {memory_count}",
-            "# HELP bhgbrain_rate_limit_buckets Client addresses tracked by the rate limiter.",
-            "# TYPE bhgbrain_rate_limit_buckets gauge", f"bhgbrain_rate_limit_buckets {rate_limit_buckets}",
-            "# HELP bhgbrain_rate_limited_total Requests refused with 429.",
-            "# TYPE bhgbrain_rate_limited_total counter", f"bhgbrain_rate_limited_total {rate_limited_total}",
-        ]
-        return "\n".join(lines) + "\n"
 
 
 metrics = Metrics()
-

@@ -5,17 +5,18 @@ import ipaddress
 import json
 import logging
 import os
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.cache import BaseCache, caches
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
 from bhgbrain_site.config import BHGBrainConfig
 from bhgbrain_site.errors import AuthRequired, DomainError, PayloadTooLarge, RateLimited, to_envelope
+from bhgbrain_site.metrics import metrics
 from bhgbrain_site.registry import Principal
 from memories.tokens import principal_for
 
@@ -119,40 +120,55 @@ def bearer_auth_middleware(get_response: Callable) -> Callable:
 
 
 class RateLimiter:
-    """Sliding-window limit per client address: at most ``limit`` requests in any 60 s."""
+    """At most ``limit`` requests per client address in a 60 s window opened by its first request.
 
-    WINDOW = 60.0
+    The count lives in Django's ``ratelimit`` cache (settings.CACHES): Redis when configured,
+    the database with several workers and no Redis, memory for one process. ``add`` opens the
+    window (only if none is open) and ``incr`` counts atomically in every one of them, so N
+    workers admit ``limit`` requests in all, not ``limit`` each.
+    """
 
-    def __init__(self) -> None:
-        self._hits: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
-        self._last_sweep = time.monotonic()
-        self.limited_total = 0
+    WINDOW = 60
+    SLOT = 10  # windows opened are counted per 10 s slot, for the metrics' bucket gauge
+
+    @staticmethod
+    def _cache() -> BaseCache:
+        return caches["ratelimit"]
 
     def hit(self, key: str, limit: int) -> tuple[bool, int]:
         """Record one request; (allowed, remaining)."""
-        now = time.monotonic()
-        with self._lock:
-            self._sweep(now)
-            hits = self._hits.setdefault(key, deque())
-            while hits and now - hits[0] >= self.WINDOW:
-                hits.popleft()
-            if len(hits) >= limit:
-                self.limited_total += 1
-                return False, 0
-            hits.append(now)
-            return True, limit - len(hits)
+        cache, name = self._cache(), f"rl:{key}"
+        for _ in range(3):
+            if cache.add(name, 0, timeout=self.WINDOW):
+                self._opened(cache)
+            try:
+                count = cache.incr(name)
+                break
+            except ValueError:  # the window closed between add and incr: open the next one
+                continue
+        else:
+            raise RuntimeError("rate limiter: the window kept closing")
+        if count > limit:
+            metrics.rate_limited()
+            return False, 0
+        return True, limit - count
 
-    def _sweep(self, now: float) -> None:
-        if now - self._last_sweep < 30:
-            return
-        self._last_sweep = now
-        for key in [k for k, v in self._hits.items() if not v or now - v[-1] >= self.WINDOW]:
-            del self._hits[key]
+    def _slot(self) -> int:
+        return int(time.time() // self.SLOT)
+
+    def _opened(self, cache: BaseCache) -> None:
+        name = f"rl-opened:{self._slot()}"
+        cache.add(name, 0, timeout=self.WINDOW + 2 * self.SLOT)
+        try:
+            cache.incr(name)
+        except ValueError:
+            pass  # the slot's counter expired this instant: the gauge misses one window
 
     def buckets(self) -> int:
-        with self._lock:
-            return len(self._hits)
+        """Client addresses that opened a window in the last 60-70 s (windows last 60 s)."""
+        now = self._slot()
+        names = [f"rl-opened:{slot}" for slot in range(now - self.WINDOW // self.SLOT, now + 1)]
+        return sum(self._cache().get_many(names).values())
 
 
 rate_limiter = RateLimiter()
@@ -193,21 +209,24 @@ async def _bounded_body(receive: Callable, limit: int) -> tuple[list[dict], bool
 
 
 def http_guard(app: Callable) -> Callable:
-    """ASGI wrapper for every HTTP route: per-IP sliding-window rate limit (keyed on the
-    peer address, never on a client-supplied header) with X-RateLimit-* headers, and 413
-    for bodies over security.max_request_size_bytes before they are read whole."""
+    """ASGI wrapper for every HTTP route: per-IP fixed-window rate limit (keyed on the peer
+    address, never on a client-supplied header) with X-RateLimit-* headers, and 413 for bodies
+    over security.max_request_size_bytes before they are read whole. Every response names the
+    worker process that served it (``X-BHGBrain-Worker``: its pid)."""
+    worker = (b"x-bhgbrain-worker", str(os.getpid()).encode())
+    hit = sync_to_async(rate_limiter.hit, thread_sensitive=False)  # the cache may be Redis or the database
 
     async def guarded(scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
         security = settings.BHGBRAIN.security
-        headers: list[tuple[bytes, bytes]] = []
+        headers: list[tuple[bytes, bytes]] = [worker]
         if not scope.get("path", "").startswith(UNLIMITED_PREFIXES):
             peer = (scope.get("client") or ("unknown", 0))[0]
-            allowed, remaining = rate_limiter.hit(peer, security.rate_limit_rpm)
-            headers = [(b"x-ratelimit-limit", str(security.rate_limit_rpm).encode()),
-                       (b"x-ratelimit-remaining", str(remaining).encode())]
+            allowed, remaining = await hit(peer, security.rate_limit_rpm)
+            headers += [(b"x-ratelimit-limit", str(security.rate_limit_rpm).encode()),
+                        (b"x-ratelimit-remaining", str(remaining).encode())]
             if not allowed:
                 await respond_error(send, RateLimited("Too many requests: retry later"), [*headers, (b"retry-after", b"60")])
                 return

@@ -9,6 +9,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from bhgbrain_site import sqlite_wal
+from bhgbrain_site.cache import store_key
 from bhgbrain_site.config import ConfigError, data_dir_for, load_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -133,6 +134,51 @@ def _database() -> dict[str, Any]:
 
 
 DATABASES = {"default": _database()}
+BHGBRAIN_STORE_KEY = store_key(DATABASES["default"])
+
+
+def _workers() -> int:
+    """Worker processes of the HTTP server: BHGBRAIN_WORKERS (what `server start --workers`
+    passes to its workers) beats transport.http.workers."""
+    raw = os.environ.get("BHGBRAIN_WORKERS")
+    if not raw:
+        return BHGBRAIN.transport.http.workers
+    if not raw.isdigit() or not 1 <= int(raw) <= 64:
+        raise ImproperlyConfigured("BHGBRAIN_WORKERS must be a whole number from 1 to 64")
+    return int(raw)
+
+
+BHGBRAIN_WORKERS = _workers()
+# Redis (rate limits, the scheduler's queue) when configured: env REDIS_URL beats config redis_url.
+REDIS_URL = os.environ.get("REDIS_URL") or BHGBRAIN.redis_url
+if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise ImproperlyConfigured("redis_url (or REDIS_URL) must be a redis://, rediss:// or unix:// URL")
+
+
+def _redis_cache() -> dict[str, Any]:
+    return {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": f"bhgbrain:{BHGBRAIN_STORE_KEY}",
+        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient", "SOCKET_CONNECT_TIMEOUT": 5, "SOCKET_TIMEOUT": 5},
+    }
+
+
+def _caches() -> dict[str, Any]:
+    """``ratelimit`` counts requests per client (bhgbrain_site.security): in Redis when configured;
+    with several workers and no Redis in the database (a counter-safe database cache, table
+    ``bhgbrain_cache``, created by every migrate); one process keeps it in memory as before."""
+    local = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    if REDIS_URL:
+        return {"default": _redis_cache(), "ratelimit": _redis_cache()}
+    if BHGBRAIN_WORKERS > 1:
+        shared = {"BACKEND": "bhgbrain_site.cache.CounterDatabaseCache", "LOCATION": "bhgbrain_cache",
+                  "KEY_PREFIX": "bhgbrain", "OPTIONS": {"MAX_ENTRIES": 100_000}}
+        return {"default": local, "ratelimit": shared}
+    return {"default": local, "ratelimit": {**local, "LOCATION": "ratelimit"}}
+
+
+CACHES = _caches()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -182,9 +228,10 @@ SPECTACULAR_SETTINGS = {
     "SECURITY": [{"bearer": []}],
 }
 
+# The scheduler's queue: Redis when configured (named after the store, so two stores on one
+# Redis never take each other's tasks), else the database (django-q2's ORM broker).
 Q_CLUSTER = {
-    "name": "bhgbrain",
-    "orm": "default",
+    **({"name": f"bhgbrain-{BHGBRAIN_STORE_KEY}", "redis": REDIS_URL} if REDIS_URL else {"name": "bhgbrain", "orm": "default"}),
     "workers": 1,
     "timeout": 600,
     "retry": 900,

@@ -21,8 +21,11 @@ def free_port() -> int:
 
 
 def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The test process's env without the test settings and DB URL: the server uses its own SQLite."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "BHGBRAIN_CONFIG")}
+    """The test process's env without the test settings, DB URL and Redis URL: the server uses its
+    own SQLite and no Redis unless ``extra`` says otherwise."""
+    dropped = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "BHGBRAIN_CONFIG", "REDIS_URL", "BHGBRAIN_WORKERS",
+               "PROMETHEUS_MULTIPROC_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(extra or {})
     return env
 
@@ -34,6 +37,7 @@ class LiveServer:
     env: dict[str, str] = field(default_factory=dict)
     scheduler: bool = False
     port: int = field(default_factory=free_port)
+    workers: int | None = None  # --workers N (None: the config's transport.http.workers)
     proc: subprocess.Popen[str] | None = None
 
     @property
@@ -48,6 +52,8 @@ class LiveServer:
         args = [sys.executable, "-m", "bhgbrain_site.cli", f"--config={self.config_path}", "server", "start", f"--port={self.port}"]
         if not self.scheduler:
             args.append("--no-scheduler")
+        if self.workers is not None:
+            args.append(f"--workers={self.workers}")
         return args + list(extra)
 
     def start(self, timeout: float = 60) -> LiveServer:

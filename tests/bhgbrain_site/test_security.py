@@ -225,12 +225,15 @@ def test_metrics_are_prometheus_histograms_only_when_enabled(tmp_path: Path) -> 
             live.post("search", {"query": "anything"})
         live.post("remember", {"content": "x", "bogus": 1})
         text = httpx.get(live.url + "/metrics").text
-        assert 'bhgbrain_tool_calls_total{tool="search",outcome="ok"} 3' in text
-        assert 'bhgbrain_tool_calls_total{tool="remember",outcome="INVALID_INPUT"} 1' in text
-        assert 'bhgbrain_tool_duration_seconds_bucket{tool="search",le="+Inf"} 3' in text
-        assert 'bhgbrain_tool_duration_seconds_count{tool="search"} 3' in text
+        # prometheus-client writes labels in alphabetical order and values as floats
+        assert 'bhgbrain_tool_calls_total{outcome="ok",tool="search"} 3.0' in text
+        assert 'bhgbrain_tool_calls_total{outcome="INVALID_INPUT",tool="remember"} 1.0' in text
+        assert 'bhgbrain_tool_duration_seconds_bucket{le="+Inf",tool="search"} 3.0' in text
+        assert 'bhgbrain_tool_duration_seconds_count{tool="search"} 3.0' in text
         assert "# TYPE bhgbrain_tool_duration_seconds histogram" in text
-        assert "bhgbrain_memory_count 0" in text
+        assert "bhgbrain_memory_count 0.0" in text
+        assert "bhgbrain_rate_limited_total 0.0" in text
+        assert "bhgbrain_rate_limit_buckets 1.0" in text  # this client's window
     finally:
         live.stop()
     disabled = LiveServer(home=tmp_path / "off").start()
