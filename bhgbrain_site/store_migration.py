@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -219,19 +220,26 @@ def _migrate_target(brief: dict[str, Any], on_batch: Any) -> dict[str, Any]:
 
     call_command("migrate", interactive=False, verbosity=0, stdout=sys.stderr)
     store_move.attach_source(brief["source"])
-    report: dict[str, Any] = {"target": brief["target"], "complete": False}
+    report: dict[str, Any] = {"target": brief["target"], "complete": False, "vector_index": settings.BHGBRAIN.vector_index}
+    seconds: dict[str, float] = {}
     with terminal_progress("store migrate") as progress:
+        started = time.perf_counter()
         try:
             report["inserted"] = store_move.store_copy(batch_size=brief["batch_size"], progress=progress, on_batch=on_batch)
         except DomainError as exc:
             return {**report, "ok": False, **to_envelope(exc)[1]}
         report["complete"] = True
+        seconds["copy"] = time.perf_counter() - started
         report["verification"] = store_move.store_verify(progress=progress)
+        seconds["verify"] = time.perf_counter() - started - seconds["copy"]
     now = parse_datetime(brief["now"])
     assert now is not None
     same_engines = settings.BHGBRAIN.vector_index == brief["source_index"]
     strict = SEARCH_MODES if same_engines else ("semantic",)
+    started = time.perf_counter()
     report["searches"] = compare_searches(brief["expected"], run_searches(brief["queries"], now), strict)
+    seconds["searches"] = time.perf_counter() - started
+    report["seconds"] = {phase: round(value, 2) for phase, value in seconds.items()}
     report["not_copied"] = store_move.not_copied()
     report["ok"] = report["verification"]["ok"] and report["searches"]["ok"]
     return report
@@ -245,7 +253,12 @@ def child_main(argv: Sequence[str] | None = None, *, on_batch: Any = None) -> in
     brief_path = Path((list(argv) if argv is not None else sys.argv[1:])[0])
     brief = json.loads(brief_path.read_text())
     django.setup()
-    report = _migrate_target(brief, on_batch)
+    from memories.vector_index import reset_vector_index
+
+    try:
+        report = _migrate_target(brief, on_batch)
+    finally:
+        reset_vector_index()  # closes Qdrant's client now, not in the interpreter's teardown
     Path(brief["report"]).write_text(json.dumps(report, default=str))
     return 0 if report["ok"] else 1
 

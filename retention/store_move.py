@@ -314,11 +314,14 @@ def _qdrant_points(source: str) -> dict[str, Any] | None:
     rows = Memory.objects.filter(archived=False, embedding__isnull=False, embedding_model=index.model_id)
     for memory_id, namespace, collection in rows.values_list("id", "namespace", "collection").iterator(chunk_size=2000):
         wanted.setdefault(collection_name(namespace, collection), []).append(str(memory_id))
-    client, found = index.client(), 0
-    for name, ids in wanted.items():
-        for start in range(0, len(ids), 1000):
-            found += len(client.retrieve(name, ids=ids[start:start + 1000], with_payload=False, with_vectors=False))
-    expected = sum(len(ids) for ids in wanted.values())
+    expected, found = sum(len(ids) for ids in wanted.values()), 0
+    try:
+        client = index.client()
+        for name, ids in wanted.items():
+            for start in range(0, len(ids), 1000):
+                found += len(client.retrieve(name, ids=ids[start:start + 1000], with_payload=False, with_vectors=False))
+    except Exception as exc:  # noqa: BLE001 - an unreachable Qdrant is a failed check, reported
+        return {"expected": expected, "found": found, "ok": False, "error": f"qdrant at {index.location}: {exc}"}
     return {"expected": expected, "found": found, "collections": len(wanted), "ok": found == expected}
 
 

@@ -3,6 +3,7 @@ into a fresh PostgreSQL database (and Qdrant's local mode) by the real child pro
 compared table by table and search by search; a run stopped part-way continues on the next."""
 from __future__ import annotations
 
+import contextlib
 import sys
 import textwrap
 import uuid
@@ -57,7 +58,11 @@ def target() -> Iterator[str]:
         try:
             yield f"{SERVER}/{name}"
         finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            # DROP DATABASE waits for every backend of the server to acknowledge it: bounded, so
+            # another client's runaway query cannot hang the suite (the database is left behind then)
+            admin.execute("SET statement_timeout = '60s'")
+            with contextlib.suppress(psycopg.errors.QueryCanceled):
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -209,3 +214,29 @@ def test_ties_may_come_back_in_any_order_but_nothing_else_may_differ() -> None:
     assert not equivalent(a, [["y", 0.9], ["x", 0.5], ["z", 0.5], ["w", 0.1]])
     assert not equivalent(a, [["x", 0.9], ["y", 0.5], ["z", 0.4], ["w", 0.1]])
     assert not equivalent(a, "EMBEDDING_UNAVAILABLE")
+
+
+def test_the_cli_moves_a_store_and_says_so_in_json(tmp_path: Path, target: str) -> None:
+    """As an operator runs it: the console script on its own (degraded, no embedder) SQLite store."""
+    import json
+    import subprocess
+
+    from tests.live_server import server_env
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"data_dir": str(tmp_path / "data"), "embedding": {"provider": "none"}}))
+    bhgbrain = [str(Path(sys.executable).parent / "bhgbrain"), "--config", str(config)]
+    for text in ("CLI move: the wiki lives on the intranet", "CLI move: the VPN needs a hardware key"):
+        subprocess.run([*bhgbrain, "tool", "remember", json.dumps({"content": text})], check=True, env=server_env(),
+                       capture_output=True, timeout=120)
+    proc = subprocess.run([*bhgbrain, "store", "migrate", "--to-database", target, "--samples", "2"],
+                          capture_output=True, text=True, env=server_env(), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] and report["inserted"]["memories"] == 2 and report["verification"]["tables"]["memories"]["ok"]
+    semantic = report["searches"]["modes"]["semantic"]
+    assert semantic["compared"] == 2 and semantic["equivalent"] == 2  # EMBEDDING_UNAVAILABLE on both sides
+    assert _query(target, "SELECT count(*) FROM memories")[0][0] == 2
+    refused = subprocess.run([*bhgbrain, "store", "migrate", "--to-database", "mysql://x@y/z"],
+                             capture_output=True, text=True, env=server_env(), timeout=120)
+    assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["code"] == "INVALID_INPUT"
