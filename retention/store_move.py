@@ -328,7 +328,9 @@ def _qdrant_points(source: str) -> dict[str, Any] | None:
 def store_verify(*, source: str = SOURCE, progress: Progress | None = None) -> dict[str, Any]:
     """Compare this store with ``source``: rows per table and a checksum over the copied columns."""
     tables: dict[str, dict[str, Any]] = {}
-    for table in COPIED:
+    for done, table in enumerate(COPIED):
+        if progress is not None:
+            progress("verifying", done, len(COPIED))
         count_source = _objects(table.model).using(source).count()
         count_target = _objects(table.model).count()
         entry: dict[str, Any] = {"source": count_source, "target": count_target}
@@ -337,6 +339,8 @@ def store_verify(*, source: str = SOURCE, progress: Progress | None = None) -> d
         entry["ok"] = count_source == count_target and entry["checksum_source"] == entry["checksum_target"]
         tables[table.label] = entry
     qdrant = _qdrant_points(source)
+    if progress is not None:
+        progress("verified", len(COPIED), len(COPIED))
     ok = all(t["ok"] for t in tables.values()) and (qdrant is None or qdrant["ok"])
     return {"ok": ok, "tables": tables, "qdrant": qdrant}
 

@@ -23,6 +23,7 @@ from memories.models import AccessDay, BootstrapSession, CuratorScope, Memory
 from memories.tokens import token_create
 from retention.archive import memory_archive
 from retention.models import BackupRecord
+from retention.store_move import table_labels
 from tests.conftest import remember
 
 psycopg = pytest.importorskip("psycopg")
@@ -237,6 +238,12 @@ def test_the_cli_moves_a_store_and_says_so_in_json(tmp_path: Path, target: str) 
     semantic = report["searches"]["modes"]["semantic"]
     assert semantic["compared"] == 2 and semantic["equivalent"] == 2  # EMBEDDING_UNAVAILABLE on both sides
     assert _query(target, "SELECT count(*) FROM memories")[0][0] == 2
+    assert "\x1b[" not in proc.stderr and "2/2" not in proc.stderr  # piped: no bar
+    from tests.bhgbrain_site.test_cli import _on_terminal
+
+    code, out, terminal = _on_terminal("--config", str(config), "store", "migrate", "--to-database", target)
+    assert code == 0 and json.loads(out)["inserted"]["memories"] == 0  # the second run copies nothing
+    assert "store migrate: verified" in terminal and f"{len(table_labels())}/{len(table_labels())}" in terminal
     refused = subprocess.run([*bhgbrain, "store", "migrate", "--to-database", "mysql://x@y/z"],
                              capture_output=True, text=True, env=server_env(), timeout=120)
     assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["code"] == "INVALID_INPUT"
