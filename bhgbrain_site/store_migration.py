@@ -201,8 +201,8 @@ def store_migrate(*, target_url: str, vector_index: str | None = None, qdrant_ur
         proc = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=False)  # noqa: S603 - our own interpreter
         if not report_path.exists():
             return {"ok": False, "complete": False, "target": brief["target"],
-                    "error": f"the migration stopped (exit status {proc.returncode}); run the same command again "
-                             "to continue where it stopped"}
+                    "error": f"the migration stopped (exit status {proc.returncode}; its error is on stderr above); "
+                             "fix the cause and run the same command again: it continues where it stopped"}
         return json.loads(report_path.read_text())
 
 
