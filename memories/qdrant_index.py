@@ -331,6 +331,26 @@ class QdrantVectorIndex:
             for start in range(0, len(batch), 256):
                 client.upsert(name, points=batch[start:start + 256], wait=True)
 
+    def refill(self) -> int:
+        """Push every live memory again when Qdrant holds fewer points than this store has live
+        memories: a Qdrant that lost its data (a wiped volume, a collection deleted by hand) while
+        this store's feed cursor says everything was pushed. Upserts are idempotent, so nothing
+        is duplicated; vectors come from the database (nothing is embedded). Returns the memories
+        pushed, 0 when nothing is missing."""
+        live = Memory.objects.filter(archived=False).count()
+        if not live:
+            return 0
+        client = self.client()
+        held = sum(client.count(name, exact=True).count for name in self.collections(fresh=True))
+        if held >= live:
+            return 0
+        logger.warning("qdrant: %d points for %d live memories: pushing every live memory again", held, live)
+        with self._lock, _sync_lock(self.location):
+            self._ensured.clear()  # a collection that vanished is created again
+            self._listing = (0.0, [])
+            self._push(set(), reset=True)
+        return live
+
     def _pending(self) -> bool:
         """Feed rows this store has not pushed yet (one indexed query)."""
         done = VectorIndexCursor.objects.filter(name=f"qdrant:{self.location}").values_list("last_change", flat=True).first()

@@ -188,6 +188,27 @@ def test_vector_sync_retries_embedding_too(qdrant: QdrantVectorIndex) -> None:
     assert _point(qdrant, created.id) is not None
 
 
+def test_vector_sync_refills_a_qdrant_that_lost_its_points(qdrant: QdrantVectorIndex) -> None:
+    """A wiped Qdrant (a lost volume, a collection deleted by hand): the feed cursor says all was
+    pushed, so only the refill brings the points back, from the database (no embedding)."""
+    kept = remember("Refill: the staging database lives in eu-west-1")
+    other = remember("Refill: the billing queue is named invoices-v2", namespace="team", collection="ops")
+    forgotten = remember("Refill: a memory that was forgotten before the loss")
+    memory_forget(memory_id=str(forgotten.id), namespace="global", actor="test")
+    assert vector_sync()["refilled"] == 0  # nothing missing: nothing pushed
+    client = qdrant.client()
+    for name in qdrant.collections(fresh=True):
+        client.delete_collection(name)
+    assert qdrant.collections(fresh=True) == []
+
+    result = vector_sync()
+    assert (result["feed_rows_applied"], result["refilled"]) == (0, 2)
+    assert _point(qdrant, kept.id) is not None and _point(qdrant, forgotten.id) is None
+    assert _point(qdrant, other.id, "team", "ops").payload["content"].startswith("Refill: the billing")
+    assert _semantic("where does the staging database live") == [str(kept.id)]
+    assert vector_sync()["refilled"] == 0
+
+
 def test_another_devices_memories_come_back_from_the_payload(qdrant: QdrantVectorIndex, settings) -> None:  # noqa: ANN001
     """The seed's multi-device search: another device's point without a local row is shown from its payload."""
     from search.services import search_run
