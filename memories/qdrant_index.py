@@ -337,7 +337,10 @@ class QdrantVectorIndex:
         this store's feed cursor says everything was pushed. Upserts are idempotent, so nothing
         is duplicated; vectors come from the database (nothing is embedded). Returns the memories
         pushed, 0 when nothing is missing."""
-        live = Memory.objects.filter(archived=False).count()
+        rows = Memory.objects.filter(archived=False)
+        if self._sparse_missing:  # an old server: a memory without a dense vector gets no point there
+            rows = rows.filter(embedding_model=self.model_id, embedding__isnull=False)
+        live = rows.count()
         if not live:
             return 0
         client = self.client()
