@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -206,20 +204,11 @@ def run_size(size: int, args: argparse.Namespace, sentences: list[str], vectors,
 
 def main() -> int:
     args = parse_args()
-    home = Path(tempfile.mkdtemp(prefix="bhgbrain-dashboard-"))
-    try:
-        with lat.database_url(args.database_url) as db_url:
-            lat.setup_django(home, db_url)
-            embedder, _ = lat.load_model()
-            sentences = lat.make_sentences(args.sentences, random.Random(args.seed))
-            vectors = lat.sentence_vectors(sentences, args.seed, embedder).vectors
-            print(f"machine: {lat.machine_info()}")
-            for i, size in enumerate(args.sizes):
-                if i:
-                    lat.wipe_store()
-                run_size(size, args, sentences, vectors, embedder)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+    with lat.bench_store("bhgbrain-dashboard-", args.database_url, args.sentences, args.seed) as store:
+        for i, size in enumerate(args.sizes):
+            if i:
+                lat.wipe_store()
+            run_size(size, args, store.sentences, store.vectors, store.embedder)
     return 0
 
 

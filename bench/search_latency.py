@@ -503,6 +503,32 @@ def setup_django(home: Path, db_url: str | None) -> None:
     call_command("migrate", verbosity=0)
 
 
+@dataclass
+class BenchStore:
+    """A migrated store in a temp dir, the model, and the cached sentences with their vectors."""
+
+    home: Path
+    embedder: Any
+    sentences: list[str]
+    vectors: np.ndarray
+
+
+@contextmanager
+def bench_store(prefix: str, url: str | None, n_sentences: int, seed: int) -> Iterator[BenchStore]:
+    """What every store benchmark starts with (and removes afterwards); prints the machine."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        with database_url(url) as db_url:
+            setup_django(home, db_url)
+            embedder, _ = load_model()
+            sentences = make_sentences(n_sentences, random.Random(seed))
+            vectors = sentence_vectors(sentences, seed, embedder).vectors
+            print(f"machine: {machine_info()}")
+            yield BenchStore(home, embedder, sentences, vectors)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def wipe_store() -> None:
     """Empty the memory tables between sizes (the next size starts from an empty store)."""
     from django.db import connection, transaction

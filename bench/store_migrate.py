@@ -16,10 +16,7 @@ No assertions about timings.
 from __future__ import annotations
 
 import argparse
-import random
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -76,23 +73,16 @@ def migrate_once(size: int, args: argparse.Namespace, home: Path, qdrant: bool) 
 
 def main() -> int:
     args = parse_args()
-    home = Path(tempfile.mkdtemp(prefix="bhgbrain-migrate-"))
-    try:
-        lat.setup_django(home, None)
-        embedder, _ = lat.load_model()
-        sentences = lat.make_sentences(args.sentences, random.Random(args.seed))
-        vectors = lat.sentence_vectors(sentences, args.seed, embedder).vectors
-        print(f"machine: {lat.machine_info()}")
+    with lat.bench_store("bhgbrain-migrate-", None, args.sentences, args.seed) as store:
         for i, size in enumerate(args.sizes):
             if i:
                 lat.wipe_store()
-            lat.bulk_load(size, ["global", "team"], sentences, vectors, embedder, args.seed, threaded_share=0.1)
+            lat.bulk_load(size, ["global", "team"], store.sentences, store.vectors, store.embedder, args.seed,
+                          threaded_share=0.1)
             print(f"Store of {size} memories ({lat.database_description()}), batches of {args.batch_size}")
-            migrate_once(size, args, home, qdrant=False)
+            migrate_once(size, args, store.home, qdrant=False)
             if args.qdrant:
-                migrate_once(size, args, home, qdrant=True)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+                migrate_once(size, args, store.home, qdrant=True)
     return 0
 
 

@@ -135,18 +135,6 @@ def _metrics_dir(data_dir: Path) -> Path:
     return directory
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGTERM (a graceful stop) to this worker when the server that supervises it dies,
-    even by SIGKILL, so no worker keeps serving the port on its own."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        parent = os.getppid()
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-
 def _flush_accesses() -> None:
     from django.db import DatabaseError
 
@@ -187,7 +175,9 @@ def worker_application() -> Any:
     import multiprocessing
 
     if multiprocessing.parent_process() is not None:
-        _die_with_parent()
+        from bhgbrain_site.supervisor import die_with_parent
+
+        die_with_parent()  # no worker keeps serving the port on its own
     from bhgbrain_site.asgi import application
     from search.services import start_warming
 

@@ -28,12 +28,17 @@ GRACE_SECONDS = 8.0
 POLL_SECONDS = 0.2
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGTERM to this process when the server dies, however it dies."""
+def die_with_parent() -> None:
+    """Linux: SIGTERM to this process when its parent dies, however it dies (PR_SET_PDEATHSIG);
+    at once if the parent died before the signal was armed. Used by the keeper and by every
+    spawned server worker."""
     if sys.platform.startswith("linux"):
         import ctypes
 
+        parent = os.getppid()
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -77,9 +82,7 @@ def supervise(command: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    _die_with_parent()
-    if os.getppid() != parent:  # the server died before the death signal was armed
-        stopping = True
+    die_with_parent()  # a server already gone sends SIGTERM at once: request_stop runs
     child = subprocess.Popen(command, start_new_session=True)
     while not stopping:
         code = child.poll()

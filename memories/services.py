@@ -191,6 +191,20 @@ def memories_vector_sync(*, limit: int = 500) -> dict[str, int]:
     return {"synced": synced, "failed": failed, "pending": pending}
 
 
+def memories_index_catch_up() -> dict[str, int]:
+    """The scheduled vector_sync: embed rows left with vector_synced=false, push the change feed to
+    the index (an external index such as Qdrant catches up after an outage), and refill a Qdrant
+    that lost points the feed had already delivered."""
+    from memories.qdrant_index import QdrantVectorIndex
+    from memories.vector_index import get_vector_index
+
+    result = memories_vector_sync()
+    index = get_vector_index()
+    result["feed_rows_applied"] = index.sync() if index is not None else 0
+    result["refilled"] = index.refill() if isinstance(index, QdrantVectorIndex) else 0
+    return result
+
+
 def memory_tag(*, memory_id: str, add: list[str], remove: list[str], namespace: str | None, actor: str) -> dict[str, Any]:
     """Add/remove tags atomically; the full-text index and the vector payload follow."""
     with transaction.atomic():

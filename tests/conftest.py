@@ -104,3 +104,21 @@ def remember(content: str, **fields: Any) -> RememberResult:
     if "tags" in fields:
         fields["tags"] = tuple(fields["tags"])
     return memory_remember(data=RememberInput(content=content, **fields), actor="test")
+
+
+@pytest.fixture
+def qdrant(hash_embedder, bhg_config, settings, tmp_path):  # noqa: ANN001, ANN201
+    """The store on the Qdrant backend, qdrant-client's local mode in ``tmp_path`` (no text index)."""
+    from memories.qdrant_index import QdrantVectorIndex
+    from search import text_index
+
+    settings.BHGBRAIN_DATA_DIR = tmp_path
+    bhg_config.vector_index = "qdrant"
+    bhg_config.qdrant.mode = "embedded"
+    bhg_config.qdrant.embedded_path = "qdrant"  # relative: inside data_dir
+    vector_index.reset_vector_index()
+    text_index.reset_text_index()
+    index = vector_index.get_vector_index()
+    assert isinstance(index, QdrantVectorIndex)
+    yield index
+    vector_index.reset_vector_index()

@@ -4,9 +4,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -14,7 +12,7 @@ from django.utils import timezone
 from qdrant_client import models
 
 from bhgbrain_site.errors import InvalidInput
-from memories import changes, vector_index
+from memories import changes
 from memories.models import Memory
 from memories.qdrant_index import QdrantVectorIndex, collection_name
 from memories.repair import repair_from_index
@@ -25,19 +23,6 @@ from search.selectors import memories_search
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def qdrant(hash_embedder, bhg_config, settings, tmp_path: Path) -> Iterator[QdrantVectorIndex]:  # noqa: ANN001
-    settings.BHGBRAIN_DATA_DIR = tmp_path
-    bhg_config.vector_index = "qdrant"
-    bhg_config.qdrant.mode = "embedded"
-    bhg_config.qdrant.embedded_path = "qdrant"  # relative: inside data_dir
-    vector_index.reset_vector_index()
-    index = vector_index.get_vector_index()
-    assert isinstance(index, QdrantVectorIndex)
-    yield index
-    vector_index.reset_vector_index()
 
 
 def _point(index: QdrantVectorIndex, memory_id: str, namespace: str = "global", collection: str = "general"):  # noqa: ANN202

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,20 +23,6 @@ from search.services import indexes_warm
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def qdrant(hash_embedder, bhg_config, settings, tmp_path: Path) -> Iterator[QdrantVectorIndex]:  # noqa: ANN001
-    settings.BHGBRAIN_DATA_DIR = tmp_path
-    bhg_config.vector_index = "qdrant"
-    bhg_config.qdrant.mode = "embedded"
-    bhg_config.qdrant.embedded_path = "qdrant"
-    vector_index.reset_vector_index()
-    text_index.reset_text_index()
-    index = vector_index.get_vector_index()
-    assert isinstance(index, QdrantVectorIndex)
-    yield index
-    vector_index.reset_vector_index()
 
 
 def _sparse_of(index: QdrantVectorIndex, memory_id: str, namespace: str = "global") -> dict[int, float]:
