@@ -48,6 +48,14 @@ class AuthRequired(DomainError):
     http_status = 401
 
 
+class Forbidden(DomainError):
+    """A valid token that may not do this (another namespace, a write on a read-only token, a
+    whole-store tool on a scoped token): re-authenticating would not help, unlike 401."""
+
+    code = "FORBIDDEN"
+    http_status = 403
+
+
 class RateLimited(DomainError):
     code = "RATE_LIMITED"
     http_status = 429
@@ -65,7 +73,7 @@ class PayloadTooLarge(InvalidInput):
 
 
 _BY_STATUS: dict[int, type[DomainError]] = {
-    400: InvalidInput, 401: AuthRequired, 403: AuthRequired, 404: NotFound, 409: Conflict,
+    400: InvalidInput, 401: AuthRequired, 403: Forbidden, 404: NotFound, 409: Conflict,
     413: PayloadTooLarge, 429: RateLimited,
 }
 

@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import BaseModel, ValidationError
 
 from bhgbrain_site.contracts import ERROR_ECHO_MAX, RESOURCES, TOOLS
-from bhgbrain_site.errors import AuthRequired, DomainError, InvalidInput, NotFound, describe_validation_error
+from bhgbrain_site.errors import DomainError, Forbidden, InvalidInput, NotFound, describe_validation_error
 from bhgbrain_site.metrics import metrics
 
 
@@ -46,9 +46,9 @@ class Principal:
 
     def check(self, namespace: str, *, writes: bool) -> None:
         if self.namespaces is not None and namespace not in self.namespaces:
-            raise AuthRequired(f'This token may not access namespace "{namespace}"')
+            raise Forbidden(f'This token may not access namespace "{namespace}"')
         if writes and self.read_only:
-            raise AuthRequired("This token is read-only")
+            raise Forbidden("This token is read-only")
 
 
 FULL_ACCESS = Principal(name="full", namespaces=None)
@@ -193,7 +193,7 @@ def _scoped(op: Operation, params: BaseModel, principal: Principal) -> BaseModel
     from django.conf import settings
 
     if op.whole_store and principal.namespaces is not None:
-        raise AuthRequired(f"The {op.name} tool acts on every namespace: it needs the master token")
+        raise Forbidden(f"The {op.name} tool acts on every namespace: it needs the master token")
     if not op.scoped:
         return params
     namespace = getattr(params, "namespace", None) or principal.default_namespace(settings.BHGBRAIN.defaults.namespace)

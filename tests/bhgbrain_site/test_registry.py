@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bhgbrain_site import registry
-from bhgbrain_site.errors import AuthRequired, InvalidInput, NotFound
+from bhgbrain_site.errors import Forbidden, InvalidInput, NotFound
 from bhgbrain_site.registry import CallContext, Principal
 from tests.conftest import remember
 
@@ -63,14 +63,14 @@ def test_a_scoped_caller_is_pinned_to_its_namespaces(hash_embedder) -> None:
     remember("Bob's roadmap: ship the search rewrite", namespace="bob")
     written = registry.call("remember", {"content": "Alice's note: the cache TTL is five minutes"}, ALICE)
     assert registry.call("memories.get", {"id": written["id"], "namespace": "alice"}, CLI)["id"] == written["id"]
-    with pytest.raises(AuthRequired):
+    with pytest.raises(Forbidden):
         registry.call("search", {"query": "roadmap", "namespace": "bob"}, ALICE)
-    with pytest.raises(AuthRequired):
+    with pytest.raises(Forbidden):
         registry.read_resource("memory://list?namespace=bob", ALICE)
-    with pytest.raises(AuthRequired, match="read-only"):
+    with pytest.raises(Forbidden, match="read-only"):
         registry.call("remember", {"content": "Another note"}, ALICE_READ_ONLY)
     assert registry.call("search", {"query": "note"}, ALICE_READ_ONLY)["results"]  # reading is allowed
-    with pytest.raises(AuthRequired, match="master token"):
+    with pytest.raises(Forbidden, match="master token"):
         registry.call("store.stats", {}, ALICE)
     assert registry.read_resource("health://status", ALICE)["status"] in ("healthy", "degraded")
 

@@ -104,8 +104,9 @@ def test_scoped_tokens_never_cross_namespaces_over_http(actors) -> None:  # noqa
     secret = live.post("remember", {"content": "Alice's salary review is on March 3rd"}, headers=alice).json()
     assert secret["operation"] == "ADD"  # no namespace given: the token's own namespace
     bob_memory = live.post("remember", {"content": "Bob prefers tabs", "namespace": "bob"}, headers=bob).json()
-    assert _code(live.post("remember", {"content": "x", "namespace": "alice"}, headers=bob)) == "AUTH_REQUIRED"
-    assert _code(live.post("search", {"query": "salary", "namespace": "alice"}, headers=bob)) == "AUTH_REQUIRED"
+    refused = live.post("remember", {"content": "x", "namespace": "alice"}, headers=bob)
+    assert refused.status_code == 403 and _code(refused) == "FORBIDDEN"  # a valid token: re-authenticating won't help
+    assert _code(live.post("search", {"query": "salary", "namespace": "alice"}, headers=bob)) == "FORBIDDEN"
     own = live.post("search", {"query": "salary"}, headers=bob).json()["results"]
     assert own and {r["namespace"] for r in own} == {"bob"}  # bob's default is his own namespace
     assert _code(live.post("forget", {"id": secret["id"]}, headers=bob)) == "NOT_FOUND"
@@ -113,9 +114,13 @@ def test_scoped_tokens_never_cross_namespaces_over_http(actors) -> None:  # noqa
     detail = httpx.get(live.url + "/resource", params={"uri": f"memory://{secret['id']}"}, headers=bob)
     assert _code(detail) == "NOT_FOUND"
     other = httpx.get(live.url + "/resource", params={"uri": f"memory://{secret['id']}?namespace=alice"}, headers=bob)
-    assert _code(other) == "AUTH_REQUIRED"
+    assert _code(other) == "FORBIDDEN"
     listing = httpx.get(live.url + "/resource", params={"uri": "memory://list?namespace=alice"}, headers=bob)
-    assert _code(listing) == "AUTH_REQUIRED"
+    assert _code(listing) == "FORBIDDEN"
+    rest = httpx.get(live.url + "/api/memories/", params={"namespace": "alice"}, headers=bob)
+    assert rest.status_code == 403 and _code(rest) == "FORBIDDEN"
+    rest_search = httpx.post(live.url + "/api/search/", json={"query": "salary", "namespace": "alice"}, headers=bob)
+    assert rest_search.status_code == 403 and _code(rest_search) == "FORBIDDEN"
     found = live.post("search", {"query": "salary review"}, headers=alice).json()["results"]
     assert [r["id"] for r in found] == [secret["id"]]
     assert live.post("search", {"query": "tabs", "namespace": "bob"}, headers=bob).json()["results"][0]["id"] == bob_memory["id"]
@@ -123,13 +128,14 @@ def test_scoped_tokens_never_cross_namespaces_over_http(actors) -> None:  # noqa
     assert master.json()["results"][0]["id"] == secret["id"]
     assert live.post("search", {"query": "salary"}, headers=_as("bhg_not-a-real-token")).status_code == 401
     assert live.post("search", {"query": "salary"}).status_code == 401
+    assert _code(live.post("search", {"query": "salary"})) == "AUTH_REQUIRED"
 
 
 def test_read_only_token_reads_but_never_writes(actors) -> None:  # noqa: ANN001
     live, tokens = actors
     charlie = _as(tokens["charlie"])
-    assert _code(live.post("remember", {"content": "sneaky write"}, headers=charlie)) == "AUTH_REQUIRED"
-    assert _code(live.post("category", {"action": "set", "name": "x", "content": "y"}, headers=charlie)) == "AUTH_REQUIRED"
+    assert _code(live.post("remember", {"content": "sneaky write"}, headers=charlie)) == "FORBIDDEN"
+    assert _code(live.post("category", {"action": "set", "name": "x", "content": "y"}, headers=charlie)) == "FORBIDDEN"
     assert live.post("search", {"query": "salary"}, headers=charlie).status_code == 200
     assert live.post("collections", {"action": "list"}, headers=charlie).status_code == 200
 
@@ -138,15 +144,15 @@ def test_backups_span_every_namespace_so_only_the_master_token_may_touch_them(ac
     live, tokens = actors
     master = _as("master-token-value")
     for name in ("alice", "bob", "charlie"):
-        assert _code(live.post("backup", {"action": "list"}, headers=_as(tokens[name]))) == "AUTH_REQUIRED"
+        assert _code(live.post("backup", {"action": "list"}, headers=_as(tokens[name]))) == "FORBIDDEN"
         listing = httpx.get(live.url + "/api/backups/", headers=_as(tokens[name]))
-        assert listing.status_code == 401 and _code(listing) == "AUTH_REQUIRED"
-        assert httpx.post(live.url + "/api/backups/", headers=_as(tokens[name])).status_code == 401
+        assert listing.status_code == 403 and _code(listing) == "FORBIDDEN"
+        assert httpx.post(live.url + "/api/backups/", headers=_as(tokens[name])).status_code == 403
     assert httpx.post(live.url + "/api/backups/").status_code == 401
     created = httpx.post(live.url + "/api/backups/", headers=master)
     assert created.status_code == 201 and created.json()["path"].endswith(".bhgb")
     restore = httpx.post(live.url + "/api/backups/restore/", json={"path": created.json()["path"]}, headers=_as(tokens["alice"]))
-    assert restore.status_code == 401
+    assert restore.status_code == 403 and _code(restore) == "FORBIDDEN"
     assert created.json()["path"] in {b["path"] for b in httpx.get(live.url + "/api/backups/", headers=master).json()["backups"]}
 
 
@@ -165,9 +171,9 @@ def test_scoped_token_over_mcp_http(actors) -> None:  # noqa: ANN001
                 }
 
     seen = asyncio.run(asyncio.wait_for(session(), timeout=60))
-    assert seen["cross"].is_error is True and seen["cross"].structured_content["error"]["code"] == "AUTH_REQUIRED"
+    assert seen["cross"].is_error is True and seen["cross"].structured_content["error"]["code"] == "FORBIDDEN"
     assert seen["own"].is_error is not True
-    assert json.loads(seen["resource"].contents[0].text)["error"]["code"] == "AUTH_REQUIRED"
+    assert json.loads(seen["resource"].contents[0].text)["error"]["code"] == "FORBIDDEN"
 
 
 def test_tokens_never_reach_the_logs(actors) -> None:  # noqa: ANN001

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from bhgbrain_site.errors import AuthRequired, InvalidInput, NotFound
+from bhgbrain_site.errors import Forbidden, InvalidInput, NotFound
 from bhgbrain_site.registry import CallContext, Principal, call_tool
 from categories.models import Category
 from categories.services import category_set
@@ -227,7 +227,7 @@ def test_a_backup_of_the_original_bhgbrain_restores(hash_embedder) -> None:
 def test_the_backup_tool_needs_the_master_token_and_checks_its_input(hash_embedder) -> None:
     scoped = CallContext(actor="t", principal=Principal(name="alice", namespaces=frozenset({"global"})))
     for arguments in ({"action": "list"}, {"action": "create"}):
-        with pytest.raises(AuthRequired, match="master token"):
+        with pytest.raises(Forbidden, match="master token"):
             call_tool("backup", arguments, scoped)
     with pytest.raises(InvalidInput, match="path is required"):
         call_tool("backup", {"action": "restore"}, CallContext(actor="t"))
