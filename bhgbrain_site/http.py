@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -13,12 +14,26 @@ from django.views.decorators.http import require_GET
 
 from bhgbrain_site import registry
 from bhgbrain_site.contracts import ERROR_ECHO_MAX
-from bhgbrain_site.errors import InvalidInput, NotFound, PayloadTooLarge, error_for_status, to_envelope
+from bhgbrain_site.errors import DomainError, InvalidInput, NotFound, PayloadTooLarge, error_for_status, to_envelope
 from bhgbrain_site.metrics import metrics
 from bhgbrain_site.registry import CallContext
 from bhgbrain_site.security import rate_limiter
 from memories.selectors import memory_count
 from retention.selectors import store_health
+
+# Two thread pools instead of the event loop's default one (min(32, CPUs + 4) threads, shared by
+# everything): calls that write (remember embeds a passage, takes the write lock) queue in their
+# own pool, so a burst of writes never holds every thread while a search waits for one.
+READ_POOL = ThreadPoolExecutor(8, thread_name_prefix="bhgbrain-read")
+WRITE_POOL = ThreadPoolExecutor(4, thread_name_prefix="bhgbrain-write")
+
+
+def pool_for(name: str) -> ThreadPoolExecutor:
+    """The read pool for an operation that never writes, the write pool otherwise (and for unknown names)."""
+    try:
+        return READ_POOL if registry.get_operation(name).read_only else WRITE_POOL
+    except DomainError:
+        return WRITE_POOL
 
 
 def error_response(exc: BaseException) -> JsonResponse:
@@ -57,7 +72,8 @@ async def tool_call(request: HttpRequest, name: str) -> JsonResponse:
         return error_response(error_for_status(405, "Use POST for tool calls"))
     try:
         arguments = _json_body(request)
-        result = await sync_to_async(registry.call_tool, thread_sensitive=False)(name, arguments, _context(request))
+        call = sync_to_async(registry.call_tool, thread_sensitive=False, executor=pool_for(name))
+        result = await call(name, arguments, _context(request))
     except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope (bugs → INTERNAL)
         return error_response(exc)
     return JsonResponse(result, json_dumps_params={"ensure_ascii": False})
@@ -68,7 +84,7 @@ async def resource(request: HttpRequest) -> JsonResponse:
     """GET /resource?uri=memory://list%3Flimit%3D5 — the MCP resources over plain HTTP."""
     try:
         uri = request.GET.get("uri", "")
-        body = await sync_to_async(registry.read_resource, thread_sensitive=False)(uri, _context(request))
+        body = await sync_to_async(registry.read_resource, thread_sensitive=False, executor=READ_POOL)(uri, _context(request))
     except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope
         return error_response(exc)
     return JsonResponse(body, json_dumps_params={"ensure_ascii": False})

@@ -91,6 +91,11 @@ class Operation:
     def description(self) -> str:
         return (self.handler.__doc__ or "").strip()
 
+    @property
+    def read_only(self) -> bool:
+        """Never writes, whatever its arguments (HTTP runs these in the read pool)."""
+        return self.writes is _never
+
 
 @dataclass(frozen=True)
 class Resource:
@@ -163,6 +168,12 @@ def get_operation(name: str) -> Operation:
 def input_model(name: str) -> type[BaseModel]:
     """The input model of an operation (the REST schema documents request bodies with it)."""
     return get_operation(name).input_model
+
+
+def operations() -> list[Operation]:
+    """Every operation (the tools and those only the REST and CLI adapters call), by name."""
+    _load()
+    return sorted(_operations.values(), key=lambda op: op.name)
 
 
 def tools() -> list[Operation]:

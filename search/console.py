@@ -23,7 +23,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from bhgbrain_site.errors import EmbeddingUnavailable
-from memories.embeddings import Embedder, calibrate, get_embedder
+from memories.embeddings import Embedder, calibrate, embed_query, get_embedder
 from memories.models import Memory
 from memories.vector_index import get_vector_index
 from search.selectors import Scored, apply_priors, default_params, fulltext_hits, fuse
@@ -34,7 +34,7 @@ def _query_vector(query: str) -> tuple[np.ndarray, Embedder] | None:
     if embedder is None or get_vector_index() is None:
         return None
     try:
-        return embedder.embed_query(query), embedder
+        return embed_query(embedder, query), embedder
     except EmbeddingUnavailable:
         return None  # full-text alone, as the search tool degrades
 

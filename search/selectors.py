@@ -19,7 +19,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from bhgbrain_site.errors import EmbeddingUnavailable
-from memories.embeddings import calibrate, get_embedder
+from memories.embeddings import calibrate, embed_query, get_embedder
 from memories.models import Memory
 from memories.qdrant_index import QdrantVectorIndex, SparseVectorsMissing
 from memories.selectors import expiring_soon, inactive_reason, iso, turn_to_dict
@@ -75,7 +75,7 @@ def semantic_hits(query: str, *, namespace: str, collection: str | None, limit: 
     index = get_vector_index()
     if embedder is None or index is None:
         raise EmbeddingUnavailable("No embedding provider is available for semantic search")
-    vector = embedder.embed_query(query)
+    vector = embed_query(embedder, query)
     hits: list[VectorHit] = index.search(vector, namespace=namespace, collection=collection, limit=limit, now=now)
     return _semantic_scored(hits, embedder.curve)
 
@@ -129,7 +129,7 @@ def _both_sides(query: str, *, namespace: str, collection: str | None, limit: in
     embedder = get_embedder()
     assert embedder is not None  # _qdrant() found an index, which needs one
     try:
-        dense, text_hits = index.query(embedder.embed_query(query), query_weights(query), namespace=namespace,
+        dense, text_hits = index.query(embed_query(embedder, query), query_weights(query), namespace=namespace,
                                        collection=collection, limit=limit, now=now)
     except _unreachable():
         logger.exception("qdrant cannot answer: hybrid search falls back to this process's full-text index alone")

@@ -1,0 +1,560 @@
+"""Load + audit: many agents at once over HTTP and MCP, then a check that nothing was lost.
+
+A real server (``bhgbrain server start``, the default embedded setup: SQLite, embedded index,
+bundled model, scheduler on) is started on a store preloaded with ``--size`` memories. Then
+``--clients`` clients (``--mcp-clients`` of them real ``mcp`` SDK sessions over streamable HTTP
+``/mcp``, the rest ``POST /tool/<name>`` on kept-alive HTTP connections) send a realistic mix for
+``--duration`` seconds: remember new / duplicate / near-duplicate content, thread appends,
+search in all three modes, recall, the inject block, tag, forget. Printed: throughput,
+p50/p95/p99 per operation and transport, errors by code, the server's RSS over the run, and the
+embedding model's own throughput measured in the same run (passages/s, the same threads as the
+server) with the ratio of the server's operations/s to it.
+
+Then the store is audited: every acknowledged write is there exactly once (its id live, unless
+an acknowledged forget removed it), every acknowledged forget is gone, every acknowledged tag is
+on its memory, no (namespace, checksum) is live twice, every live memory has its full-text row
+and (after catch-up) its vector, and the server's in-process indexes agree with the database: a
+sample of acknowledged memories is found by full-text and by semantic search, forgotten ones
+never. The exit status is 1 when the audit fails or any request failed.
+
+Usage (from the repository root)::
+
+    .venv/bin/python bench/load.py                       # 16 clients, 60 s
+    .venv/bin/python bench/load.py --clients 8 --duration 15 --size 500   # the short run
+    .venv/bin/python bench/load.py --database-url postgres://postgres@127.0.0.1:5432/postgres
+
+No assertions about timings.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+
+import httpx  # noqa: E402
+import search_latency as lat  # noqa: E402 - store set-up, sentences and machine facts are shared
+from machine import load_average  # noqa: E402
+from workers_load import free_port, rss_mib  # noqa: E402
+
+MIXES = {  # operation -> weight (per 100)
+    # every operation an agent uses, writes and reads about half and half
+    "realistic": {"remember_new": 30, "remember_duplicate": 6, "remember_near": 6, "thread_append": 6,
+                  "search": 24, "recall": 14, "inject": 4, "tag": 5, "forget": 5},
+    # the issue's outside measurement: 50 % remember, 40 % search, 10 % recall
+    "issue": {"remember_new": 50, "search": 40, "recall": 10},
+}
+SEARCH_MODES = ("hybrid", "fulltext", "semantic")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients; default 16")
+    parser.add_argument("--mcp-clients", type=int, default=None, help="of which MCP sessions; default a quarter")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of load; default 60")
+    parser.add_argument("--size", type=int, default=2000, help="memories preloaded; default 2000")
+    parser.add_argument("--mix", choices=sorted(MIXES), default="realistic",
+                        help="realistic: every operation; issue: 50%% remember, 40%% search, 10%% recall")
+    parser.add_argument("--namespaces", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=4321)
+    parser.add_argument("--database-url", default=None, help="postgres://… (default: SQLite in a temp dir)")
+    parser.add_argument("--no-scheduler", action="store_true", help="start the server without its scheduler")
+    parser.add_argument("--embed-seconds", type=float, default=10.0, help="how long to time the model alone")
+    parser.add_argument("--json", type=Path, default=None, help="also write the result here")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary store (its path is printed)")
+    return parser.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- bookkeeping
+
+
+@dataclass
+class Ledger:
+    """What the server acknowledged, for the audit."""
+
+    remembered: dict[str, str] = field(default_factory=dict)  # id -> namespace (ADD/UPDATE/NOOP results)
+    added_content: dict[str, str] = field(default_factory=dict)  # id -> content sent (ADD only)
+    merged_into: set[str] = field(default_factory=set)  # ids that an UPDATE merged other content into
+    forgotten: dict[str, str] = field(default_factory=dict)  # id -> namespace
+    tagged: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    latencies: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    errors: Counter[str] = field(default_factory=Counter)
+    operations: int = 0
+
+
+@dataclass
+class Client:
+    """One agent: its transport, its namespace and the memories it may touch."""
+
+    index: int
+    transport: str
+    namespace: str
+    rng: random.Random
+    call: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+    read: Callable[[str], Awaitable[dict[str, Any]]]
+    mine: list[tuple[str, str]] = field(default_factory=list)  # (id, content) of its own ADDs
+    thread_turn: int = 0
+
+
+class CallFailed(Exception):
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+async def http_transport(client: httpx.AsyncClient) -> tuple[Callable, Callable]:
+    async def call(tool: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await client.post(f"/tool/{tool}", json=body)
+        if response.status_code != 200:
+            raise CallFailed(f"{response.status_code} {response.json().get('error', {}).get('code', '?')}")
+        return response.json()
+
+    async def read(uri: str) -> dict[str, Any]:
+        response = await client.get("/resource", params={"uri": uri})
+        if response.status_code != 200:
+            raise CallFailed(f"{response.status_code} {response.json().get('error', {}).get('code', '?')}")
+        return response.json()
+
+    return call, read
+
+
+async def mcp_transport(stack: AsyncExitStack, url: str) -> tuple[Callable, Callable]:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    streams = await stack.enter_async_context(streamable_http_client(url + "/mcp"))
+    session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
+    await session.initialize()
+
+    async def call(tool: str, body: dict[str, Any]) -> dict[str, Any]:
+        result = await session.call_tool(tool, body)
+        if result.is_error:
+            text = result.content[0].text if result.content else "{}"
+            try:
+                code = json.loads(text).get("error", {}).get("code", "?")
+            except ValueError:
+                code = text[:40]
+            raise CallFailed(f"mcp {code}")
+        return result.structured_content or {}
+
+    async def read(uri: str) -> dict[str, Any]:
+        result = await session.read_resource(uri)
+        return json.loads(result.contents[0].text)
+
+    return call, read
+
+
+# --------------------------------------------------------------------------- the mix
+
+
+class Workload:
+    def __init__(self, sentences: list[str], questions: list[str], ledger: Ledger, seed: int, mix: dict[str, int]) -> None:
+        self.mix = mix
+        self.sentences = sentences
+        self.questions = questions
+        self.ledger = ledger
+        self.fresh = iter(random.Random(seed).sample(range(len(sentences) * len(sentences)), 200_000))
+        self.serial = 0
+
+    def new_content(self, rng: random.Random) -> str:
+        pair = next(self.fresh)
+        first, second = divmod(pair, len(self.sentences))
+        return f"{self.sentences[first]} {self.sentences[second]}"
+
+    async def step(self, client: Client) -> None:
+        kind = client.rng.choices(list(self.mix), weights=list(self.mix.values()))[0]
+        if kind in ("remember_duplicate", "remember_near", "tag", "forget") and not client.mine:
+            kind = "remember_new"
+        handler = getattr(self, f"_{kind}")
+        label = kind if kind != "search" else f"search_{SEARCH_MODES[self.serial % 3]}"
+        self.serial += 1
+        started = time.perf_counter()
+        try:
+            await handler(client, label)
+        except CallFailed as failure:
+            self.ledger.errors[f"{label}: {failure.code}"] += 1
+            return
+        except (httpx.HTTPError, OSError, RuntimeError) as exc:
+            self.ledger.errors[f"{label}: {type(exc).__name__}"] += 1
+            return
+        self.ledger.latencies[(client.transport, label)].append((time.perf_counter() - started) * 1e3)
+        self.ledger.operations += 1
+
+    def _acknowledge(self, client: Client, result: dict[str, Any], content: str) -> None:
+        self.ledger.remembered[result["id"]] = client.namespace
+        if result["operation"] == "UPDATE":
+            self.ledger.merged_into.add(result["id"])
+        if result["operation"] == "ADD":
+            self.ledger.added_content[result["id"]] = content
+            client.mine.append((result["id"], content))
+
+    async def _remember_new(self, client: Client, _label: str) -> None:
+        content = self.new_content(client.rng)
+        result = await client.call("remember", {"content": content, "namespace": client.namespace,
+                                                "tags": ["load"], "source": "agent"})
+        self._acknowledge(client, result, content)
+
+    async def _remember_duplicate(self, client: Client, _label: str) -> None:
+        _, content = client.rng.choice(client.mine)
+        result = await client.call("remember", {"content": content, "namespace": client.namespace})
+        self.ledger.remembered[result["id"]] = client.namespace
+
+    async def _remember_near(self, client: Client, _label: str) -> None:
+        _, content = client.rng.choice(client.mine)
+        near = content[0].lower() + content[1:].rstrip(".") + "!"
+        result = await client.call("remember", {"content": near, "namespace": client.namespace})
+        self._acknowledge(client, result, near)
+
+    async def _thread_append(self, client: Client, _label: str) -> None:
+        thread = f"load-thread-{client.index}"
+        messages = []
+        for _ in range(3):
+            client.thread_turn += 1
+            messages.append({"content": self.new_content(client.rng), "speaker": "user" if client.thread_turn % 2 else "assistant",
+                             "message_id": f"m{client.thread_turn}"})
+        result = await client.call("thread_append", {"thread": thread, "namespace": client.namespace, "messages": messages})
+        for message, outcome in zip(messages, result["results"], strict=True):
+            self._acknowledge(client, outcome, message["content"])
+
+    async def _search(self, client: Client, label: str) -> None:
+        await client.call("search", {"query": client.rng.choice(self.questions), "namespace": client.namespace,
+                                     "mode": label.removeprefix("search_"), "limit": 10})
+
+    async def _recall(self, client: Client, _label: str) -> None:
+        await client.call("recall", {"query": client.rng.choice(self.questions), "namespace": client.namespace})
+
+    async def _inject(self, client: Client, _label: str) -> None:
+        await client.read(f"memory://inject?namespace={client.namespace}")
+
+    async def _tag(self, client: Client, _label: str) -> None:
+        memory_id, _ = client.rng.choice(client.mine)
+        tag = f"t{client.rng.randrange(5)}"
+        await client.call("tag", {"id": memory_id, "add": [tag], "namespace": client.namespace})
+        self.ledger.tagged[memory_id].add(tag)
+
+    async def _forget(self, client: Client, _label: str) -> None:
+        memory_id, _ = client.mine.pop(client.rng.randrange(len(client.mine)))
+        await client.call("forget", {"id": memory_id, "namespace": client.namespace})
+        self.ledger.forgotten[memory_id] = client.namespace
+
+
+# --------------------------------------------------------------------------- server and run
+
+
+def start_server(home: Path, env: dict[str, str], scheduler: bool) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    command = [sys.executable, "-m", "bhgbrain_site.cli", f"--config={home / 'config.json'}", "server", "start",
+               f"--port={port}"] + ([] if scheduler else ["--no-scheduler"])
+    log = open(home / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
+    proc = subprocess.Popen(command, stdout=log, stderr=log, env=env, cwd=REPO_ROOT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError((home / "server.log").read_text())
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError("the server did not answer /health in 120 s")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    import signal
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def server_rss(proc: subprocess.Popen[bytes]) -> float:
+    """RSS of the process that serves HTTP (the scheduler's processes are its children, not counted)."""
+    return rss_mib(proc.pid)
+
+
+def embedding_ceiling(sentences: list[str], seconds: float) -> dict[str, float]:
+    """The model alone, in this process, with the server's threads: passages/s and queries/s."""
+    from django.conf import settings
+
+    from memories.embeddings import build_embedder
+
+    embedder = build_embedder(settings.BHGBRAIN.embedding)
+    rng = random.Random(7)
+    embedder.embed_query("warm up")
+    out: dict[str, float] = {}
+    for kind, method in (("passages_per_s", embedder.embed_passage), ("queries_per_s", embedder.embed_query)):
+        done, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds / 2:
+            method(f"{rng.choice(sentences)} {rng.choice(sentences)}" if kind.startswith("passages") else rng.choice(sentences))
+            done += 1
+        out[kind] = done / (time.perf_counter() - started)
+    out["threads"] = getattr(embedder, "threads", 0)
+    return out
+
+
+async def run_load(url: str, args: argparse.Namespace, workload: Workload, namespaces: list[str],
+                   proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+    mcp_clients = args.clients // 4 if args.mcp_clients is None else args.mcp_clients
+    rss: list[float] = [server_rss(proc)]
+    async with AsyncExitStack() as stack:
+        clients: list[Client] = []
+        for index in range(args.clients):
+            if index < mcp_clients:
+                transport, (call, read) = "mcp", await mcp_transport(stack, url)
+            else:
+                http = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=120,
+                                                                         limits=httpx.Limits(max_connections=1)))
+                transport, (call, read) = "http", await http_transport(http)
+            clients.append(Client(index, transport, namespaces[index % len(namespaces)],
+                                  random.Random(args.seed + index), call, read))
+        stop_at = time.monotonic() + args.duration
+
+        async def loop(client: Client) -> None:
+            while time.monotonic() < stop_at:
+                await workload.step(client)
+
+        async def sample_rss() -> None:
+            while time.monotonic() < stop_at:
+                await asyncio.sleep(min(5.0, max(0.5, args.duration / 12)))
+                rss.append(server_rss(proc))
+
+        started = time.perf_counter()
+        await asyncio.gather(sample_rss(), *(loop(c) for c in clients))
+        elapsed = time.perf_counter() - started
+    return {"elapsed_s": elapsed, "rss_mib": rss, "mcp_clients": mcp_clients}
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+
+    def pct(p: float) -> float:
+        return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
+
+    return {"n": len(ordered), "p50": pct(0.5), "p95": pct(0.95), "p99": pct(0.99), "mean": statistics.fmean(ordered)}
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def wait_for_vectors(timeout: float = 300) -> int:
+    """Live memories still without their vector after waiting for the server's catch-up."""
+    from memories.models import Memory
+
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = Memory.objects.filter(archived=False, vector_synced=False).count()
+        if not pending or time.monotonic() > deadline:
+            return pending
+        time.sleep(1)
+
+
+def database_audit(ledger: Ledger) -> dict[str, Any]:
+    from django.db import connection
+    from django.db.models import Count
+
+    from memories.models import Memory
+
+    problems: list[str] = []
+    live = dict(Memory.objects.filter(archived=False).values_list("id", "namespace"))
+    live = {str(k): v for k, v in live.items()}
+    everything = {str(k) for k in Memory.objects.values_list("id", flat=True)}
+    for memory_id, namespace in ledger.remembered.items():
+        if memory_id in ledger.forgotten:
+            continue
+        if memory_id not in live:
+            problems.append(f"acknowledged write {memory_id} is not live")
+        elif live[memory_id] != namespace:
+            problems.append(f"acknowledged write {memory_id} is in {live[memory_id]}, not {namespace}")
+    for memory_id in ledger.forgotten:
+        if memory_id in everything:
+            problems.append(f"acknowledged forget {memory_id} is still stored")
+    contents = dict(Memory.objects.filter(id__in=list(ledger.added_content)).values_list("id", "content"))
+    contents = {str(k): v for k, v in contents.items()}
+    for memory_id, sent in ledger.added_content.items():
+        if memory_id in ledger.merged_into or memory_id in ledger.forgotten:
+            continue
+        if memory_id in contents and " ".join(sent.split()) not in contents[memory_id]:
+            problems.append(f"{memory_id}: stored content differs from what was acknowledged")
+    tags = {str(k): set(v or []) for k, v in Memory.objects.filter(id__in=list(ledger.tagged)).values_list("id", "tags")}
+    for memory_id, added in ledger.tagged.items():
+        if memory_id in tags and not added <= tags[memory_id]:
+            problems.append(f"{memory_id}: acknowledged tags {sorted(added - tags[memory_id])} missing")
+    duplicates = (Memory.objects.filter(archived=False, thread__isnull=True).values("namespace", "checksum")
+                  .annotate(n=Count("id")).filter(n__gt=1).count())
+    if duplicates:
+        problems.append(f"{duplicates} (namespace, checksum) pairs are live more than once outside threads")
+    table = "memories_fts" if connection.vendor == "sqlite" else "memory_search"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {table}")  # noqa: S608 - fixed table name
+        text_rows = cursor.fetchone()[0]
+    if text_rows != len(live):
+        problems.append(f"full-text rows {text_rows} != live memories {len(live)}")
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA integrity_check")
+            integrity = cursor.fetchone()[0]
+        if integrity != "ok":
+            problems.append(f"integrity_check: {integrity}")
+    unsynced = wait_for_vectors()
+    if unsynced:
+        problems.append(f"{unsynced} live memories still without a vector after the catch-up wait")
+    return {"live": len(live), "acknowledged_writes": len(ledger.remembered), "acknowledged_forgets": len(ledger.forgotten),
+            "full_text_rows": text_rows, "problems": problems}
+
+
+async def index_audit(url: str, ledger: Ledger, sample: int, seed: int) -> list[str]:
+    """The server's in-process indexes agree with the database: a sample of acknowledged ADDs is
+    found by full-text and semantic search, forgotten memories never come back."""
+    rng = random.Random(seed)
+    kept = [(i, c) for i, c in ledger.added_content.items() if i not in ledger.forgotten]
+    gone = [(i, ledger.added_content[i]) for i in ledger.forgotten if i in ledger.added_content]
+    problems: list[str] = []
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        for memory_id, content in rng.sample(kept, min(sample, len(kept))):
+            namespace = ledger.remembered[memory_id]
+            for mode in ("fulltext", "semantic"):
+                body = (await client.post("/tool/search", json={"query": content[:500], "namespace": namespace,
+                                                                "mode": mode, "limit": 50})).json()
+                if memory_id not in {r["id"] for r in body.get("results", [])}:
+                    problems.append(f"{mode} search does not find acknowledged memory {memory_id}")
+        for memory_id, content in rng.sample(gone, min(sample, len(gone))):
+            body = (await client.post("/tool/search", json={"query": content[:500], "namespace": ledger.forgotten[memory_id],
+                                                            "mode": "hybrid", "limit": 50})).json()
+            if memory_id in {r["id"] for r in body.get("results", [])}:
+                problems.append(f"forgotten memory {memory_id} is still found")
+    return problems
+
+
+# --------------------------------------------------------------------------- report
+
+
+def report(result: dict[str, Any]) -> None:
+    ceiling = result["embedding"]
+    print(f"\nmachine: {result['machine']}")
+    print(f"load average before / after: {result['load_before']} / {result['load_after']}")
+    print(f"store: {result['size']} memories preloaded in {result['namespaces']} namespaces ({result['database']}); "
+          f"{result['clients']} clients ({result['mcp_clients']} MCP, {result['clients'] - result['mcp_clients']} HTTP) "
+          f"for {result['elapsed_s']:.0f} s, {result['mix']} mix; scheduler {'on' if result['scheduler'] else 'off'}")
+    print(f"\nthroughput: {result['ops_per_s']:.1f} operations/s ({result['operations']} in {result['elapsed_s']:.1f} s); "
+          f"errors: {sum(result['errors'].values())}")
+    print(f"embedding model alone ({ceiling['threads']} threads): {ceiling['passages_per_s']:.1f} passages/s, "
+          f"{ceiling['queries_per_s']:.1f} queries/s; server/model ratio {result['ratio']:.2f}")
+    print(f"\n  {'operation':<22}{'transport':<10}{'n':>6}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}")
+    for row in result["per_operation"]:
+        print(f"  {row['operation']:<22}{row['transport']:<10}{row['n']:>6}{row['p50']:>9.1f}{row['p95']:>9.1f}{row['p99']:>9.1f}")
+    for label in ("reads", "writes"):
+        agg = result[label]
+        if agg:
+            print(f"  {'all ' + label:<22}{'both':<10}{agg['n']:>6}{agg['p50']:>9.1f}{agg['p95']:>9.1f}{agg['p99']:>9.1f}")
+    for error, count in sorted(result["errors"].items()):
+        print(f"  error {error}: {count}")
+    rss = result["rss_mib"]
+    print(f"\nserver RSS (MiB) every sample: {', '.join(f'{v:.0f}' for v in rss)}")
+    audit = result["audit"]
+    print(f"audit: {audit['live']} live memories, {audit['acknowledged_writes']} acknowledged writes, "
+          f"{audit['acknowledged_forgets']} acknowledged forgets, {audit['full_text_rows']} full-text rows; "
+          + ("OK" if not audit["problems"] else f"{len(audit['problems'])} PROBLEMS"))
+    for problem in audit["problems"][:30]:
+        print(f"  - {problem}")
+
+
+READS = re.compile(r"^(search_|recall|inject)")
+
+
+def summarise(ledger: Ledger) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    rows = [{"operation": op, "transport": transport, **percentiles(values)}
+            for (transport, op), values in sorted(ledger.latencies.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+    reads = [v for (_, op), values in ledger.latencies.items() if READS.match(op) for v in values]
+    writes = [v for (_, op), values in ledger.latencies.items() if not READS.match(op) for v in values]
+    return rows, percentiles(reads) if reads else {}, percentiles(writes) if writes else {}
+
+
+def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, Any]:
+    lat.setup_django(home, db_url)
+    for name in ("httpx", "httpx2", "mcp"):
+        logging.getLogger(name).setLevel(logging.WARNING)  # not a line per request
+    config = json.loads((home / "config.json").read_text())
+    config.setdefault("security", {})["rate_limit_rpm"] = 1_000_000  # measure the server, not the limiter
+    (home / "config.json").write_text(json.dumps(config))
+    embedder, _ = lat.load_model()
+    rng = random.Random(args.seed)
+    sentences = lat.make_sentences(3000, rng)
+    vectors = lat.sentence_vectors(sentences, args.seed, embedder).vectors
+    namespaces = lat.namespaces_for(args.size, args.namespaces)
+    lat.bulk_load(args.size, namespaces, sentences, vectors, embedder, args.seed)
+    fresh_sentences = lat.make_sentences(1500, random.Random(args.seed + 1), exclude=sentences)
+    questions = lat.make_questions(5000, rng)  # mostly distinct: a query cache must not flatter the numbers
+    ceiling = embedding_ceiling(fresh_sentences, args.embed_seconds)
+    from django.db import connections
+
+    connections.close_all()
+    env = {k: v for k, v in os.environ.items() if k not in ("BHGBRAIN_WORKERS", "PROMETHEUS_MULTIPROC_DIR")}
+    ledger = Ledger()
+    workload = Workload(fresh_sentences, questions, ledger, args.seed, MIXES[args.mix])
+    load_before = load_average()
+    proc, url = start_server(home, env, scheduler=not args.no_scheduler)
+    try:
+        with httpx.Client(base_url=url, timeout=120) as warm:  # load both indexes before the clock starts
+            for namespace in namespaces:
+                warm.post("/tool/search", json={"query": questions[0], "namespace": namespace, "mode": "hybrid"})
+        outcome = asyncio.run(run_load(url, args, workload, namespaces, proc))
+        load_after = load_average()
+        audit = database_audit(ledger)
+        audit["problems"] += asyncio.run(index_audit(url, ledger, 40, args.seed))
+    finally:
+        stop_server(proc)
+    rows, reads, writes = summarise(ledger)
+    ops_per_s = ledger.operations / outcome["elapsed_s"]
+    return {
+        "machine": lat.machine_info(), "revision": lat.product_revision(), "database": lat.database_description(),
+        "mix": args.mix, "size": args.size, "namespaces": len(namespaces), "clients": args.clients, "mcp_clients": outcome["mcp_clients"],
+        "scheduler": not args.no_scheduler, "elapsed_s": outcome["elapsed_s"], "operations": ledger.operations,
+        "ops_per_s": ops_per_s, "errors": dict(ledger.errors), "embedding": ceiling,
+        "ratio": ops_per_s / ceiling["passages_per_s"], "per_operation": rows, "reads": reads, "writes": writes,
+        "rss_mib": outcome["rss_mib"], "load_before": load_before, "load_after": load_after, "audit": audit,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    home = Path(tempfile.mkdtemp(prefix="bhgbrain-load-"))
+    try:
+        with lat.database_url(args.database_url) as db_url:
+            result = run(args, home, db_url)
+        report(result)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2, default=str))
+        return 1 if result["audit"]["problems"] or result["errors"] else 0
+    finally:
+        if args.keep:
+            print(f"store kept in {home}")
+        else:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

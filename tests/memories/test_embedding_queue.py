@@ -1,0 +1,111 @@
+"""The local model's single owner thread (queries before passages) and the query-vector cache."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from memories import embeddings
+from memories.embeddings import ModelThread, QueryCache
+
+
+def _wait_until(predicate, timeout: float = 10.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_queries_run_before_passages_queued_earlier_and_all_on_one_thread() -> None:
+    model = ModelThread("test-model")
+    release = threading.Event()
+    order: list[str] = []
+    idents: set[int] = set()
+
+    def job(label: str):  # noqa: ANN202
+        def work() -> str:
+            idents.add(threading.get_ident())
+            order.append(label)
+            return label
+        return work
+
+    running = threading.Event()
+    blocker = threading.Thread(target=model.run, args=(ModelThread.PASSAGE, lambda: (running.set(), release.wait(10))))
+    blocker.start()
+    assert running.wait(10)  # the model is busy with a passage
+    callers = [threading.Thread(target=model.run, args=(ModelThread.PASSAGE, job(f"passage-{i}"))) for i in range(3)]
+    for caller in callers:
+        caller.start()
+    _wait_until(lambda: model.pending() == 3)
+    query = threading.Thread(target=model.run, args=(ModelThread.QUERY, job("query")))
+    query.start()
+    _wait_until(lambda: model.pending() == 4)
+    release.set()
+    for thread in [blocker, *callers, query]:
+        thread.join(10)
+    assert order == ["query", "passage-0", "passage-1", "passage-2"]
+    assert len(idents) == 1 and threading.get_ident() not in idents
+
+
+def test_an_error_in_the_model_reaches_the_caller_and_the_thread_goes_on() -> None:
+    model = ModelThread("test-model")
+
+    def boom() -> None:
+        raise RuntimeError("model failed")
+
+    with pytest.raises(RuntimeError, match="model failed"):
+        model.run(ModelThread.QUERY, boom)
+    assert model.run(ModelThread.PASSAGE, lambda: 42) == 42
+
+
+class CountingEmbedder:
+    """A tiny deterministic embedder that counts its query calls."""
+
+    model_id = "test/counting"
+    dimensions = 4
+    curve = embeddings.IDENTITY_CURVE
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.queries.append(text)
+        return np.array([len(text), 1, 0, 0], dtype=np.float32)
+
+    def embed_passage(self, text: str) -> np.ndarray:
+        return self.embed_query(text)
+
+    def embed_passages(self, texts):  # noqa: ANN001, ANN201
+        return np.vstack([self.embed_query(t) for t in texts])
+
+    def health(self) -> tuple[str, str]:
+        return "healthy", "test"
+
+
+def test_a_repeated_query_is_embedded_once_and_the_vector_cannot_be_modified() -> None:
+    embedder = CountingEmbedder()
+    embeddings.set_embedder(embedder)  # the autouse fixture sets the test's embedder again afterwards
+    first = embeddings.embed_query(embedder, "which VPN does staging use?")
+    again = embeddings.embed_query(embedder, "  which VPN   does staging use? ")  # same words, other spacing
+    other = embeddings.embed_query(embedder, "Which VPN does staging use?")  # case is kept: another query
+    assert embedder.queries == ["which VPN does staging use?", "Which VPN does staging use?"]
+    assert np.array_equal(first, again) and np.array_equal(first, other)  # same length: same test vector
+    with pytest.raises(ValueError):
+        first[0] = 0.0
+    embeddings.set_embedder(embedder)  # a new embedder (or the same, reconfigured) empties the cache
+    embeddings.embed_query(embedder, "which VPN does staging use?")
+    assert len(embedder.queries) == 3
+
+
+def test_the_cache_forgets_the_least_recently_used_query_first() -> None:
+    cache = QueryCache(2)
+    a, b, c = (QueryCache.key("m", q) for q in ("a", "b", "c"))
+    cache.put(a, np.ones(2))
+    cache.put(b, np.ones(2))
+    assert cache.get(a) is not None  # a is now the most recent
+    cache.put(c, np.ones(2))
+    assert cache.get(b) is None and cache.get(a) is not None and cache.get(c) is not None
+    assert (cache.hits, cache.misses) == (3, 1)
+    assert QueryCache.key("m", "x") != QueryCache.key("other-model", "x")
