@@ -168,6 +168,20 @@ def memory_forget(*, memory_id: str, namespace: str | None, actor: str) -> dict[
     return {"deleted": True, "id": str(memory.id)}
 
 
+def _vector_synced(memory: Memory) -> bool:
+    """Store the vector computed (outside any transaction) for ``memory`` and mark it synced, unless
+    the memory went or its words changed meanwhile: a forget must not stop the run, and an edit must
+    not get the old words' vector (the next run embeds what it says now)."""
+    with transaction.atomic():
+        locked = (Memory.objects.select_for_update().defer("embedding")
+                  .filter(pk=memory.pk, archived=False, vector_synced=False).first())
+        if locked is None or locked.checksum != memory.checksum:
+            return False
+        locked.embedding, locked.embedding_model, locked.vector_synced = memory.embedding, memory.embedding_model, True
+        changes.memory_saved(locked, audit=None, at=timezone.now(), fields=("embedding", "embedding_model", "vector_synced"))
+    return True
+
+
 def memories_vector_sync(*, limit: int = 500) -> dict[str, int]:
     """Embed and index memories left with vector_synced=false (degraded writes, index failures)."""
     embedder = get_embedder()
@@ -182,11 +196,7 @@ def memories_vector_sync(*, limit: int = 500) -> dict[str, int]:
         except EmbeddingUnavailable:
             failed += 1
             break
-        with transaction.atomic():
-            memory.vector_synced = True
-            changes.memory_saved(memory, audit=None, at=timezone.now(),
-                                 fields=("embedding", "embedding_model", "vector_synced"))
-        synced += 1
+        synced += _vector_synced(memory)
     pending = Memory.objects.filter(vector_synced=False, archived=False).count()
     return {"synced": synced, "failed": failed, "pending": pending}
 

@@ -1,8 +1,10 @@
 """Start the real server (``bhgbrain server start``) in a subprocess for HTTP tests."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +20,30 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def process_table() -> dict[int, tuple[int, int, str]]:
+    """pid → (parent pid, process group, command line) of every process."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        table[int(entry.name)] = (int(fields[1]), int(fields[2]), cmdline)
+    return table
+
+
+def descendants(table: dict[int, tuple[int, int, str]], root: int) -> set[int]:
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, (ppid, _, _) in table.items() if ppid in frontier} - found
+        found |= frontier
+    return found
 
 
 def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -38,6 +64,7 @@ class LiveServer:
     scheduler: bool = False
     port: int = field(default_factory=free_port)
     workers: int | None = None  # --workers N (None: the config's transport.http.workers)
+    own_session: bool = False  # its own session and process group (a test can kill the whole group)
     proc: subprocess.Popen[str] | None = None
 
     @property
@@ -60,7 +87,8 @@ class LiveServer:
         self.home.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(json.dumps(self.config))
         log = open(self.home / "server.stderr", "w")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, text=True, env=server_env(self.env))
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, text=True, env=server_env(self.env),
+                                     start_new_session=self.own_session)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -80,6 +108,21 @@ class LiveServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the server and everything it started (workers, the scheduler's keeper and its
+        cluster's own process group) at once: a crash, with no process left to tidy up."""
+        assert self.proc is not None
+        table = process_table()
+        tree = {self.proc.pid, *descendants(table, self.proc.pid)}
+        for group in {table[pid][1] for pid in tree if pid in table}:
+            if group != os.getpgrp():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.proc.wait()
 
     def post(self, tool: str, body: Any = None, *, raw: bytes | None = None, headers: dict[str, str] | None = None) -> httpx.Response:
         content = raw if raw is not None else json.dumps(body).encode()

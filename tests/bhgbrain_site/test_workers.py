@@ -22,6 +22,8 @@ import httpx
 import pytest
 
 from tests.live_server import LiveServer
+from tests.live_server import descendants as _descendants
+from tests.live_server import process_table as _processes
 
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 REDIS = "redis://127.0.0.1:6379/0"
@@ -200,30 +202,6 @@ def test_c_an_mcp_session_works_when_its_requests_reach_both_workers(server: Liv
     assert all(result.is_error is not True for result in results), results
     assert all(result.structured_content["results"] for result in results[1:])
     assert len(set(served) - {"?"}) == 2, served
-
-
-def _processes() -> dict[int, tuple[int, int, str]]:
-    """pid → (parent pid, process group, command line) of every process."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        table[int(entry.name)] = (int(fields[1]), int(fields[2]), cmdline)
-    return table
-
-
-def _descendants(table: dict[int, tuple[int, int, str]], root: int) -> set[int]:
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, (ppid, _, _) in table.items() if ppid in frontier} - found
-        found |= frontier
-    return found
 
 
 def test_d_the_scheduler_runs_once_not_once_per_worker(server: LiveServer) -> None:

@@ -1,0 +1,88 @@
+"""Shared by the fault tests: a store of its own for real server processes (SQLite in the home, or a
+fresh PostgreSQL database), reading that store directly, and running the CLI on it."""
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.live_server import server_env
+
+PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
+
+
+def unavailable(reason: str) -> None:
+    """Skip on a developer's machine without the service; fail where BHGBRAIN_REQUIRE_SERVICES is set."""
+    if os.environ.get("BHGBRAIN_REQUIRE_SERVICES"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def _fresh_postgres(prefix: str) -> Iterator[dict[str, str]]:
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        unavailable(f"PostgreSQL is not reachable at {PG_ADMIN}: {exc}")
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield {"DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{name}"}
+        finally:
+            admin.execute("SET statement_timeout = '60s'")
+            try:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            except psycopg.errors.QueryCanceled:
+                warnings.warn(f"could not drop the test database {name} within 60 s: drop it by hand", stacklevel=1)
+
+
+@pytest.fixture(scope="module")
+def store_backend() -> Iterator[dict[str, str]]:
+    """The env of the server processes a module starts: their own SQLite (each home has its own), or,
+    when the suite runs on PostgreSQL (DATABASE_URL set), a fresh PostgreSQL database for the module."""
+    if not os.environ.get("DATABASE_URL"):
+        yield {}
+        return
+    yield from _fresh_postgres("bhgbrain_faults")
+
+
+def query(home: Path, env: dict[str, str], sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Read a store directly: the SQLite file in ``home``, or the PostgreSQL database of ``env``."""
+    url = env.get("DATABASE_URL")
+    if url:
+        import psycopg
+
+        with psycopg.connect(url) as connection:
+            return connection.execute(sql.replace("?", "%s"), params).fetchall()
+    connection = sqlite3.connect(home / "bhgbrain.sqlite3", timeout=30)
+    try:
+        return connection.execute(sql, params).fetchall()
+    finally:
+        connection.close()
+
+
+def id_hex(memory_id: str) -> str:
+    """How a memory id is compared in SQL on both engines (SQLite stores 32 hex digits)."""
+    return uuid.UUID(memory_id).hex
+
+
+def id_column(env: dict[str, str], column: str = "id") -> str:
+    """``column`` as 32 hex digits on either engine."""
+    return f"replace(CAST({column} AS text), '-', '')" if env.get("DATABASE_URL") else column
+
+
+def cli(home: Path, env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.Popen[str]:
+    """Start ``bhgbrain --config=HOME/config.json ARGS`` as its own process on the store."""
+    command = [sys.executable, "-m", "bhgbrain_site.cli", f"--config={home / 'config.json'}", *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=server_env(env), cwd=Path(__file__).resolve().parents[2])
