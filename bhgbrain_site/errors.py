@@ -7,9 +7,12 @@ our code (DRF, Django, the ASGI guards) become DomainErrors first, with
 """
 from __future__ import annotations
 
+import errno
 import logging
+import sqlite3
 from typing import Any
 
+from django.db import utils as db_utils
 from pydantic import ValidationError
 
 logger = logging.getLogger("bhgbrain.errors")
@@ -68,6 +71,15 @@ class EmbeddingUnavailable(DomainError):
     retryable = True
 
 
+class StorageUnavailable(DomainError):
+    """The store cannot take this now: its disk is full or read-only, or the database server is
+    unreachable. The call did not complete; the same call succeeds once the operator fixed it."""
+
+    code = "STORAGE_UNAVAILABLE"
+    http_status = 503
+    retryable = True
+
+
 class PayloadTooLarge(InvalidInput):
     http_status = 413
 
@@ -100,9 +112,42 @@ def _envelope(code: str, message: str, retryable: bool) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "retryable": retryable}}
 
 
+# SQLite's primary result codes (the low byte of the extended one) and errnos that mean the storage
+# itself refuses, not that our SQL is wrong (a bug: "no such table" is an OperationalError too).
+_SQLITE_REASONS = {13: "the data directory's disk is full", 8: "the database is read-only",
+                   10: "disk I/O error (is the data directory's file system full, read-only or failing?)",
+                   14: "the database file cannot be opened (is the data directory read-only?)"}
+_OS_REASONS = {errno.ENOSPC: "the data directory's disk is full", errno.EDQUOT: "the data directory's disk quota is used up",
+               errno.EROFS: "the data directory is read-only"}
+
+
+def storage_failure(exc: BaseException) -> StorageUnavailable | None:
+    """The STORAGE_UNAVAILABLE an exception of the storage layer means (a full or read-only disk,
+    an unreachable PostgreSQL: Django's OperationalError/InterfaceError not raised by SQLite), or
+    None for anything else."""
+    reason, seen = None, set()
+    cause: BaseException | None = exc
+    while cause is not None and reason is None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, sqlite3.Error):
+            reason = _SQLITE_REASONS.get(getattr(cause, "sqlite_errorcode", -1) & 0xFF)
+            break
+        if isinstance(cause, OSError) and cause.errno in _OS_REASONS:
+            reason = _OS_REASONS[cause.errno]
+        elif isinstance(cause, (db_utils.OperationalError, db_utils.InterfaceError)) and not isinstance(cause.__cause__, sqlite3.Error):
+            reason = "the database cannot be reached"
+        cause = cause.__cause__ or cause.__context__
+    if reason is None:
+        return None
+    logger.error("storage unavailable: %s (%s: %s)", reason, type(exc).__name__, exc)
+    return StorageUnavailable(f"Storage unavailable: {reason}; retry later")
+
+
 def to_envelope(exc: BaseException) -> tuple[int, dict[str, Any]]:
     """Map any exception onto (HTTP status, envelope); bugs become INTERNAL, logged with their
     traceback, their text never sent to the client."""
+    if not isinstance(exc, DomainError):
+        exc = storage_failure(exc) or exc
     if isinstance(exc, DomainError):
         if exc.http_status >= 500 and type(exc) is DomainError:
             logger.error("internal error: %s", exc.message)

@@ -70,6 +70,7 @@ class Checkpointer:
         self.interval = interval
         self._seen: float | None = None
         self.analyzed_at_size: int | None = None
+        self._failing = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -89,14 +90,23 @@ class Checkpointer:
         except sqlite3.OperationalError as exc:
             if any(word in str(exc) for word in ("locked", "busy", "unable to open")):  # a lock, or gone: later
                 return False
-            logger.warning("background WAL checkpoint of %s failed; the next look retries", self.path, exc_info=True)
+            self._failed()
             return False
         except sqlite3.Error:
-            logger.warning("background WAL checkpoint of %s failed; the next look retries", self.path, exc_info=True)
+            self._failed()
             return False
+        if self._failing:
+            self._failing = False
+            logger.warning("background WAL checkpoint of %s works again", self.path)
         if not busy and done >= log:  # all of it copied (a reader's older snapshot can hold some back)
             self._seen = mtime
         return True
+
+    def _failed(self) -> None:
+        """Log a failure once per streak: a full or read-only disk fails every look (twice a second)."""
+        if not self._failing:
+            logger.warning("background WAL checkpoint of %s failed; it retries quietly until it works", self.path, exc_info=True)
+        self._failing = True
 
     def analyze_if_grown(self) -> bool:
         """ANALYZE when the memories table has grown by ANALYZE_GROWTH since the last analysis

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import shutil
 import sqlite3
 import tempfile
 import threading
@@ -277,7 +278,20 @@ def backup_restore(*, path: str, actor: str, allow_any_path: bool = False,
     ("saving the current store", ...) then ("restoring memories", restored, total).
     """
     source = _resolve(path, allow_any_path)
-    with exclusive_restore(), tempfile.TemporaryDirectory(dir=backups_dir(), prefix=".restore-") as work:
+    with exclusive_restore():
+        _remove_abandoned_work()
+        return _restore_from(source, actor, progress)
+
+
+def _remove_abandoned_work() -> None:
+    """The working folders of restores killed before they could tidy up (each holds a copy of a
+    backup's database): no restore runs but this one, so none is in use."""
+    for abandoned in backups_dir().glob(".restore-*"):
+        shutil.rmtree(abandoned, ignore_errors=True)
+
+
+def _restore_from(source: Path, actor: str, progress: Progress | None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(dir=backups_dir(), prefix=".restore-") as work:
         header, db_path = _unpack(source, Path(work))
         db = _open_backup_db(db_path)
         try:
