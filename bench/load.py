@@ -75,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="realistic: every operation; issue: 50%% remember, 40%% search, 10%% recall")
     parser.add_argument("--namespaces", type=int, default=4)
     parser.add_argument("--seed", type=int, default=4321)
+    parser.add_argument("--sentences", type=int, default=3000,
+                        help="sentences the preloaded memories are made of (embedded once, cached in bench/results)")
     parser.add_argument("--database-url", default=None, help="postgres://… (default: SQLite in a temp dir)")
     parser.add_argument("--no-scheduler", action="store_true", help="start the server without its scheduler")
     parser.add_argument("--embed-seconds", type=float, default=10.0, help="how long to time the model alone")
@@ -229,7 +231,7 @@ class Workload:
         for _ in range(3):
             client.thread_turn += 1
             messages.append({"content": self.new_content(client.rng), "speaker": "user" if client.thread_turn % 2 else "assistant",
-                             "message_id": f"m{client.thread_turn}"})
+                             "message_id": f"c{client.index}-m{client.thread_turn}"})
         result = await client.call("thread_append", {"thread": thread, "namespace": client.namespace, "messages": messages})
         for message, outcome in zip(messages, result["results"], strict=True):
             self._acknowledge(client, outcome, message["content"])
@@ -348,6 +350,13 @@ async def run_load(url: str, args: argparse.Namespace, workload: Workload, names
     return {"elapsed_s": elapsed, "rss_mib": rss, "mcp_clients": mcp_clients}
 
 
+def model_seconds(url: str) -> dict[str, float]:
+    """The server's local-model time so far, by kind (bhgbrain_embedding_model_seconds_total)."""
+    text = httpx.get(url + "/metrics", timeout=30).text
+    return {kind: float(value) for kind, value in
+            re.findall(r'^bhgbrain_embedding_model_seconds_total\{kind="(\w+)"\} (\S+)$', text, re.MULTILINE)}
+
+
 def percentiles(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
 
@@ -463,6 +472,9 @@ def report(result: dict[str, Any]) -> None:
           f"errors: {sum(result['errors'].values())}")
     print(f"embedding model alone ({ceiling['threads']} threads): {ceiling['passages_per_s']:.1f} passages/s, "
           f"{ceiling['queries_per_s']:.1f} queries/s; server/model ratio {result['ratio']:.2f}")
+    busy = result["model_busy_s"]
+    print(f"the server's model was busy {sum(busy.values()) / result['elapsed_s']:.0%} of the run "
+          f"(passages {busy['passage']:.1f} s, queries {busy['query']:.1f} s)")
     print(f"\n  {'operation':<22}{'transport':<10}{'n':>6}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}")
     for row in result["per_operation"]:
         print(f"  {row['operation']:<22}{row['transport']:<10}{row['n']:>6}{row['p50']:>9.1f}{row['p95']:>9.1f}{row['p99']:>9.1f}")
@@ -499,10 +511,11 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
         logging.getLogger(name).setLevel(logging.WARNING)  # not a line per request
     config = json.loads((home / "config.json").read_text())
     config.setdefault("security", {})["rate_limit_rpm"] = 1_000_000  # measure the server, not the limiter
+    config.setdefault("observability", {})["metrics_enabled"] = True  # the model's busy time, from /metrics
     (home / "config.json").write_text(json.dumps(config))
     embedder, _ = lat.load_model()
     rng = random.Random(args.seed)
-    sentences = lat.make_sentences(3000, rng)
+    sentences = lat.make_sentences(args.sentences, rng)
     vectors = lat.sentence_vectors(sentences, args.seed, embedder).vectors
     namespaces = lat.namespaces_for(args.size, args.namespaces)
     lat.bulk_load(args.size, namespaces, sentences, vectors, embedder, args.seed)
@@ -521,7 +534,9 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
         with httpx.Client(base_url=url, timeout=120) as warm:  # load both indexes before the clock starts
             for namespace in namespaces:
                 warm.post("/tool/search", json={"query": questions[0], "namespace": namespace, "mode": "hybrid"})
+        model_before = model_seconds(url)
         outcome = asyncio.run(run_load(url, args, workload, namespaces, proc))
+        model_busy = {kind: model_seconds(url).get(kind, 0.0) - model_before.get(kind, 0.0) for kind in ("query", "passage")}
         load_after = load_average()
         audit = database_audit(ledger)
         audit["problems"] += asyncio.run(index_audit(url, ledger, 40, args.seed))
@@ -534,7 +549,7 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
         "mix": args.mix, "size": args.size, "namespaces": len(namespaces), "clients": args.clients, "mcp_clients": outcome["mcp_clients"],
         "scheduler": not args.no_scheduler, "elapsed_s": outcome["elapsed_s"], "operations": ledger.operations,
         "ops_per_s": ops_per_s, "errors": dict(ledger.errors), "embedding": ceiling,
-        "ratio": ops_per_s / ceiling["passages_per_s"], "per_operation": rows, "reads": reads, "writes": writes,
+        "ratio": ops_per_s / ceiling["passages_per_s"], "model_busy_s": model_busy, "per_operation": rows, "reads": reads, "writes": writes,
         "rss_mib": outcome["rss_mib"], "load_before": load_before, "load_after": load_after, "audit": audit,
     }
 

@@ -25,7 +25,7 @@ from retention.selectors import store_health
 # everything): calls that write (remember embeds a passage, takes the write lock) queue in their
 # own pool, so a burst of writes never holds every thread while a search waits for one.
 READ_POOL = ThreadPoolExecutor(8, thread_name_prefix="bhgbrain-read")
-WRITE_POOL = ThreadPoolExecutor(4, thread_name_prefix="bhgbrain-write")
+WRITE_POOL = ThreadPoolExecutor(8, thread_name_prefix="bhgbrain-write")
 
 
 def pool_for(name: str) -> ThreadPoolExecutor:

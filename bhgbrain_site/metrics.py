@@ -29,6 +29,15 @@ class Metrics:
         self._durations = Histogram("bhgbrain_tool_duration_seconds", "Tool call duration.", ["tool"],
                                     buckets=BUCKETS, registry=self.registry)
         self._limited = Counter("bhgbrain_rate_limited", "Requests refused with 429.", registry=self.registry)
+        self._model_seconds = Counter("bhgbrain_embedding_model_seconds", "Seconds the local model spent embedding, by kind.",
+                                      ["kind"], registry=self.registry)
+        self._model_wait = Histogram("bhgbrain_embedding_wait_seconds", "Time a call waited for the local model, by kind.",
+                                     ["kind"], buckets=BUCKETS, registry=self.registry)
+
+    def model_call(self, kind: str, waited: float, seconds: float) -> None:
+        """One call of the local embedding model: how long it queued, how long it ran."""
+        self._model_wait.labels(kind=kind).observe(waited)
+        self._model_seconds.labels(kind=kind).inc(seconds)
 
     def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
         self._calls.labels(tool=tool, outcome=outcome).inc()

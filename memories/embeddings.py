@@ -22,6 +22,7 @@ import numpy as np
 
 from bhgbrain_site.config import EmbeddingConfig
 from bhgbrain_site.errors import EmbeddingUnavailable
+from bhgbrain_site.metrics import metrics
 
 logger = logging.getLogger("bhgbrain.embeddings")
 T = TypeVar("T")
@@ -97,10 +98,11 @@ class ModelThread:
     not for a burst of writes queued before it. Re-created after a fork (the django-q2 cluster)."""
 
     QUERY, PASSAGE = 0, 1
+    KINDS = ("query", "passage")
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._jobs: queue.PriorityQueue[tuple[int, int, Callable[[], Any], Future[Any]]] = queue.PriorityQueue()
+        self._jobs: queue.PriorityQueue[tuple[int, int, float, Callable[[], Any], Future[Any]]] = queue.PriorityQueue()
         self._serial = itertools.count()
         self._pid = 0
         self._start_lock = threading.Lock()
@@ -117,12 +119,14 @@ class ModelThread:
     def _serve(self) -> None:
         jobs = self._jobs
         while True:
-            _, _, work, future = jobs.get()
+            priority, _, queued, work, future = jobs.get()
             if future.set_running_or_notify_cancel():
+                started = time.perf_counter()
                 try:
                     future.set_result(work())
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller
                     future.set_exception(exc)
+                metrics.model_call(self.KINDS[priority], started - queued, time.perf_counter() - started)
 
     def pending(self) -> int:
         """Calls waiting for the model (not counting the one it runs)."""
@@ -131,7 +135,7 @@ class ModelThread:
     def run(self, priority: int, work: Callable[[], T]) -> T:
         self._ensure_started()
         future: Future[T] = Future()
-        self._jobs.put((priority, next(self._serial), work, future))
+        self._jobs.put((priority, next(self._serial), time.perf_counter(), work, future))
         return future.result()
 
 

@@ -1,6 +1,7 @@
 """The local model's single owner thread (queries before passages) and the query-vector cache."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -109,3 +110,19 @@ def test_the_cache_forgets_the_least_recently_used_query_first() -> None:
     assert cache.get(b) is None and cache.get(a) is not None and cache.get(c) is not None
     assert (cache.hits, cache.misses) == (3, 1)
     assert QueryCache.key("m", "x") != QueryCache.key("other-model", "x")
+
+
+def test_the_model_thread_reports_its_busy_and_waiting_time_to_metrics() -> None:
+    from prometheus_client import generate_latest
+
+    from bhgbrain_site.metrics import metrics
+
+    def seconds() -> float:
+        text = generate_latest(metrics.registry).decode()
+        found = re.search(r'^bhgbrain_embedding_model_seconds_total\{kind="query"\} (\S+)$', text, re.MULTILINE)
+        return float(found.group(1)) if found else 0.0
+
+    before = seconds()
+    ModelThread("test-model").run(ModelThread.QUERY, lambda: time.sleep(0.05))
+    assert seconds() - before >= 0.05
+    assert 'bhgbrain_embedding_wait_seconds_count{kind="query"}' in generate_latest(metrics.registry).decode()
