@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -94,10 +94,23 @@ def _remove_batch(now: datetime, archive: bool, tier: str | None) -> tuple[int, 
     return len(batch), len(batch) if archive else 0
 
 
-def _trim_batch(tier: str, limit: int, now: datetime) -> int:
-    """One transaction: archive and delete up to ``limit`` of the tier's first memories in trim order."""
+def _one_trim_at_a_time() -> None:
+    """Inside a trim's transaction: no other cleanup (the scheduler's, a ``gc``) trims until it
+    commits, so the count of what is over budget read next is not stale. SQLite's BEGIN IMMEDIATE
+    serialises writers already; PostgreSQL takes a transaction-scoped advisory lock."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["bhgbrain-retention-trim"])
+
+
+def _trim_batch(tier: str, limit: int, now: datetime, only: str | None) -> int:
+    """One transaction: archive and delete up to ``limit`` of the tier's first memories in trim
+    order, and never more than the tier is still over now (another cleanup may have trimmed it
+    since this one planned: two cleanups at once must not trim it twice)."""
     with transaction.atomic():
-        batch = list(budgets.trim_candidates(tier).select_for_update()[:min(limit, BATCH)])
+        _one_trim_at_a_time()
+        still_over = budgets.trim_plan(now=now, tier=only)[tier]
+        batch = list(budgets.trim_candidates(tier).select_for_update()[:min(limit, still_over, BATCH)])
         if not batch:
             return 0
         ArchivedMemory.objects.bulk_create([_archive(m, now) for m in batch])
@@ -144,7 +157,7 @@ def _expire_all(report: CleanupReport, now: datetime, archive: bool, step: Calla
 def _trim_all(report: CleanupReport, plan: dict[str, int], now: datetime, step: Callable[[int], None]) -> None:
     for tier, wanted in plan.items():
         while report.trimmed[tier] < wanted:
-            removed = _trim_batch(tier, wanted - report.trimmed[tier], now)
+            removed = _trim_batch(tier, wanted - report.trimmed[tier], now, report.tier)
             if not removed:
                 break
             report.trimmed[tier] += removed

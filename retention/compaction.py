@@ -68,7 +68,8 @@ def compaction_status() -> dict[str, Any]:
 def deletions_tally() -> int:
     """Fold the feed's DELETE rows into the durable tally (before the cleanup prunes the feed)."""
     with transaction.atomic():
-        state = CompactionState.objects.select_for_update().filter(pk=1).first() or CompactionState(pk=1)
+        CompactionState.objects.get_or_create(pk=1)  # two first tallies at once: one row, no IntegrityError
+        state = CompactionState.objects.select_for_update().get(pk=1)
         high_water = VectorChange.objects.aggregate(top=Max("id"))["top"] or state.counted_through
         state.deletions += VectorChange.objects.filter(
             id__gt=state.counted_through, id__lte=high_water, op=VectorChange.Op.DELETE).count()

@@ -2,6 +2,7 @@
 fresh PostgreSQL database), reading that store directly, and running the CLI on it."""
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -81,8 +82,26 @@ def id_column(env: dict[str, str], column: str = "id") -> str:
     return f"replace(CAST({column} AS text), '-', '')" if env.get("DATABASE_URL") else column
 
 
-def cli(home: Path, env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.Popen[str]:
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(home: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     """Start ``bhgbrain --config=HOME/config.json ARGS`` as its own process on the store."""
     command = [sys.executable, "-m", "bhgbrain_site.cli", f"--config={home / 'config.json'}", *args]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=server_env(env), cwd=Path(__file__).resolve().parents[2])
+                            env=server_env(env), cwd=ROOT)
+
+
+def store_task(home: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """Start ``python -m tests.faults.store_tasks ARGS`` (product code in a process of its own) on
+    the store whose config is HOME/config.json."""
+    extra = {**env, "DJANGO_SETTINGS_MODULE": "bhgbrain_site.settings", "BHGBRAIN_CONFIG": str(home / "config.json")}
+    return subprocess.Popen([sys.executable, "-m", "tests.faults.store_tasks", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=server_env(extra), cwd=ROOT)
+
+
+def finished(process: subprocess.Popen[str], timeout: float = 180) -> Any:
+    """Wait for a store task (a hang guard, not a timing assertion); its JSON answer."""
+    stdout, stderr = process.communicate(timeout=timeout)
+    assert process.returncode == 0, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,7 +30,8 @@ from retention.selectors import store_health
 from search.selectors import memories_search
 from search.text_index import reset_text_index
 from tests.conftest import remember
-from tests.live_server import LiveServer, server_env
+from tests.faults.conftest import finished, store_task
+from tests.live_server import LiveServer
 
 NS = "outage"
 BEFORE = "The staging database is backed up every night at two o'clock UTC"
@@ -256,12 +255,7 @@ class FakeOpenAI:
 
 def _scheduled_vector_sync(live: LiveServer, env: dict[str, str]) -> dict[str, int]:
     """The scheduler's job (memories.tasks.vector_sync), run now in a process of its own on the store."""
-    code = "import django, json; django.setup(); from memories.tasks import vector_sync; print(json.dumps(vector_sync()))"
-    extra = {**env, "DJANGO_SETTINGS_MODULE": "bhgbrain_site.settings", "BHGBRAIN_CONFIG": str(live.config_path)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=server_env(extra),
-                          timeout=180, cwd=Path(__file__).resolve().parents[2])
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return finished(store_task(live.home, env, "vector_sync"))
 
 
 def test_a_real_server_rides_out_an_openai_outage(tmp_path: Path, e5: LocalE5Embedder,
