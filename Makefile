@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-postgres lint bench install clean
+.PHONY: run test test-postgres lint bench bench-quick install clean
 
 run: $(STAMP)  ## install if needed, migrate, start server + scheduler on 127.0.0.1:3721
 	$(BIN)/bhgbrain server start
@@ -19,8 +19,11 @@ lint: $(STAMP)  ## the import contracts (.importlinter) and ruff
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 
-bench: $(STAMP)  ## write-path latency benchmark
-	$(BIN)/python bench/remember_latency.py
+bench: $(STAMP)  ## the standing benchmark suite, full sizes: bench/results/summary-latest.{json,md}
+	$(BIN)/python bench/suite.py
+
+bench-quick: $(STAMP)  ## the same suite at small sizes (a few minutes)
+	$(BIN)/python bench/suite.py --quick
 
 install: $(STAMP)
 

@@ -5,7 +5,8 @@
 Builds a store of --size memories (bulk-loaded like bench/search_latency.py: real e5 vectors
 of generated sentences), then launches `bhgbrain --config=… server start --stdio` the way an
 MCP client does, --runs times, and reports: process start → `initialize` answered, → first
-`tools/list`, → first `recall` (which loads the model and the vector index). Prints p50/max.
+`tools/list`, → first `recall` (which loads the model and the vector index), and the server
+process's RSS after `initialize` and after the first `recall`. Prints p50/max.
 """
 from __future__ import annotations
 
@@ -37,6 +38,20 @@ def build_store(home: Path, size: int, seed: int) -> None:
     print(f"store: {size} memories bulk-loaded in {seconds:.1f} s", flush=True)
 
 
+def server_rss_mib(config: Path) -> float:
+    """VmRSS of the stdio server started with ``config`` (found by its command line)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+            if f"--config={config}".encode() in argv and b"--stdio" in argv:
+                for line in (cmdline.parent / "status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return float("nan")
+
+
 async def one_session(config: Path) -> dict[str, float]:
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -48,12 +63,15 @@ async def one_session(config: Path) -> dict[str, float]:
         async with ClientSession(read, write) as session:
             await session.initialize()
             initialized = time.perf_counter() - started
+            rss_initialized = server_rss_mib(config)
             await session.list_tools()
             listed = time.perf_counter() - started
             result = await session.call_tool("recall", {"query": "when is the next deploy of the mobile app?"})
             recalled = time.perf_counter() - started
             assert result.is_error is not True, result
-    return {"initialize": initialized, "tools_list": listed, "first_recall": recalled}
+            rss_recalled = server_rss_mib(config)
+    return {"initialize": initialized, "tools_list": listed, "first_recall": recalled,
+            "rss_mib_after_initialize": rss_initialized, "rss_mib_after_first_recall": rss_recalled}
 
 
 def main() -> None:
@@ -66,9 +84,9 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="bhgbrain-mcp-init-"))
     build_store(home, args.size, args.seed)
     runs = [asyncio.run(one_session(home / "config.json")) for _ in range(args.runs)]
-    print(f"{'seconds from process start':28} {'p50':>7} {'max':>7}")
+    print(f"{'seconds from process start (RSS in MiB)':28} {'p50':>7} {'max':>7}")
     summary = {}
-    for key in ("initialize", "tools_list", "first_recall"):
+    for key in ("initialize", "tools_list", "first_recall", "rss_mib_after_initialize", "rss_mib_after_first_recall"):
         values = [r[key] for r in runs]
         summary[key] = {"p50": statistics.median(values), "max": max(values)}
         print(f"{key:28} {summary[key]['p50']:7.2f} {summary[key]['max']:7.2f}")
