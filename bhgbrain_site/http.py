@@ -41,9 +41,14 @@ def error_response(exc: BaseException) -> JsonResponse:
     return JsonResponse(body, status=status)
 
 
+def _store_health() -> dict[str, Any]:
+    registry.drop_broken_connections()  # a pool thread: after a database restart it reconnects here
+    return store_health()
+
+
 @require_GET
 async def health(request: HttpRequest) -> JsonResponse:
-    snapshot = await sync_to_async(store_health, thread_sensitive=False)()
+    snapshot = await sync_to_async(_store_health, thread_sensitive=False)()
     return JsonResponse(snapshot, status=503 if snapshot["status"] == "unhealthy" else 200)
 
 

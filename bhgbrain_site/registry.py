@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from django.db import connections
 from pydantic import BaseModel, ValidationError
 
 from bhgbrain_site.contracts import ERROR_ECHO_MAX, RESOURCES, TOOLS
@@ -214,10 +215,25 @@ def _scoped(op: Operation, params: BaseModel, principal: Principal) -> BaseModel
     return params.model_copy(update={"namespace": namespace})
 
 
+def drop_broken_connections() -> None:
+    """Close this thread's database connections that failed and no longer answer (PostgreSQL
+    restarted, say), so the next query reconnects. Django checks connections only at a request's
+    start and end, in the thread that handles its signals; calls run in thread pools, whose
+    connections would otherwise stay broken until the process restarts."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None or not conn.errors_occurred or conn.in_atomic_block:
+            continue
+        if conn.is_usable():
+            conn.errors_occurred = False
+        else:
+            conn.close()
+
+
 def call(name: str, arguments: Any, ctx: CallContext, *, coerce: bool = False) -> dict[str, Any]:
     """Validate and run one operation; raises DomainError subclasses on failure.
     ``coerce``: the arguments come from a query string (text to be read as numbers, booleans)."""
     op = get_operation(name)
+    drop_broken_connections()
     started, outcome = time.perf_counter(), "ok"
     try:
         params = _parse(op, arguments, coerce)

@@ -15,9 +15,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
 from bhgbrain_site.config import BHGBrainConfig
-from bhgbrain_site.errors import AuthRequired, DomainError, PayloadTooLarge, RateLimited, to_envelope
+from bhgbrain_site.errors import AuthRequired, PayloadTooLarge, RateLimited, to_envelope
 from bhgbrain_site.metrics import metrics
-from bhgbrain_site.registry import Principal
+from bhgbrain_site.registry import Principal, drop_broken_connections
 from memories.tokens import principal_for
 
 logger = logging.getLogger("bhgbrain.security")
@@ -83,6 +83,7 @@ def authenticate(authorization: str | None, *, peer: str, path: str) -> Principa
 
 
 def _principal(request: HttpRequest) -> Principal | None:
+    drop_broken_connections()  # tokens live in the database; this thread's connection may have failed before
     peer = request.META.get("REMOTE_ADDR") or "unknown"
     return authenticate(request.META.get("HTTP_AUTHORIZATION"), peer=peer, path=request.path)
 
@@ -102,7 +103,11 @@ def bearer_auth_middleware(get_response: Callable) -> Callable:
 
     async def async_middleware(request: HttpRequest) -> HttpResponse:
         if not request.path.startswith(PUBLIC_PREFIXES):
-            principal = await sync_to_async(_principal, thread_sensitive=False)(request)
+            try:
+                principal = await sync_to_async(_principal, thread_sensitive=False)(request)
+            except Exception as exc:  # noqa: BLE001 - the database down: the envelope, not Django's bare 500
+                status, body = to_envelope(exc)
+                return JsonResponse(body, status=status)
             if principal is None:
                 return _denied()
             request.bhgbrain_principal = principal
@@ -137,6 +142,7 @@ class RateLimiter:
 
     def hit(self, key: str, limit: int) -> tuple[bool, int]:
         """Record one request; (allowed, remaining)."""
+        drop_broken_connections()  # several workers without Redis count in the database
         cache, name = self._cache(), f"rl:{key}"
         for _ in range(3):
             if cache.add(name, 0, timeout=self.WINDOW):
@@ -175,8 +181,8 @@ rate_limiter = RateLimiter()
 UNLIMITED_PREFIXES = ("/health",)
 
 
-async def respond_error(send: Callable, error: DomainError, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
-    """An ASGI response carrying ``error``'s envelope (for refusals before Django runs)."""
+async def respond_error(send: Callable, error: BaseException, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    """An ASGI response carrying ``error``'s envelope (for refusals and failures before Django runs)."""
     status, body = to_envelope(error)
     raw = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status,
@@ -224,7 +230,11 @@ def http_guard(app: Callable) -> Callable:
         headers: list[tuple[bytes, bytes]] = [worker]
         if not scope.get("path", "").startswith(UNLIMITED_PREFIXES):
             peer = (scope.get("client") or ("unknown", 0))[0]
-            allowed, remaining = await hit(peer, security.rate_limit_rpm)
+            try:
+                allowed, remaining = await hit(peer, security.rate_limit_rpm)
+            except Exception as exc:  # noqa: BLE001 - the counters' database or Redis down: the envelope, not a bare 500
+                await respond_error(send, exc, headers)
+                return
             headers += [(b"x-ratelimit-limit", str(security.rate_limit_rpm).encode()),
                         (b"x-ratelimit-remaining", str(remaining).encode())]
             if not allowed:

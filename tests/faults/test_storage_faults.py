@@ -21,6 +21,8 @@ import sqlite3
 import struct
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.faults.conftest import cli, unavailable
-from tests.live_server import LiveServer, server_env
+from tests.live_server import LiveServer, free_port, server_env
 
 # Degraded mode (no embedder): what is stored matters here, not its meaning, and the local model
 # needs seconds for each of the large memories that fill the disk.
@@ -184,6 +187,80 @@ def test_a_full_data_directory_refuses_writes_cleanly_keeps_reads_and_recovers_w
 
 
 # ---------------------------------------------------------------------------------------------
+# 2. the data directory turns read-only
+#
+# The kernel refuses `mount -o remount,ro` while a process holds a file open for writing (a running
+# server always does: its database, log and WAL), and root writes through any file mode. A running
+# server's data directory turns read-only the way a real one does: an ext4 file system mounted
+# with errors=remount-ro meets an error (ext4's own trigger_fs_error, for testing) and the kernel
+# switches it to read-only under the open files. Such a file system is writable again only after
+# an unmount and a check, so the server is stopped for that, then started on the repaired disk.
+
+
+@contextlib.contextmanager
+def _ext4(path: Path, image: Path, *, make: bool = True) -> Iterator[Path]:
+    """A 64 MB ext4 image (made first unless ``make`` is false) loop-mounted on ``path`` with errors=remount-ro."""
+    path.mkdir(parents=True, exist_ok=True)
+    if make:
+        with image.open("wb") as out:
+            out.truncate(64 << 20)
+        made = _run("mkfs.ext4", "-q", "-F", str(image)) if shutil.which("mkfs.ext4") else None
+        if made is None or made.returncode != 0:
+            unavailable(f"cannot make an ext4 image: {made.stderr if made else 'no mkfs.ext4'}")
+    mounted = _run("mount", "-o", "loop,errors=remount-ro", str(image), str(path))
+    if mounted.returncode != 0:
+        unavailable(f"cannot loop-mount an ext4 image: {mounted.stderr}")
+    try:
+        yield path
+    finally:
+        if _run("umount", str(path)).returncode != 0:
+            _run("umount", "-l", str(path))
+
+
+def _device(path: Path) -> str:
+    return Path(_run("findmnt", "-n", "-o", "SOURCE", str(path)).stdout.strip()).name
+
+
+def _mount_options(path: Path) -> set[str]:
+    return set(_run("findmnt", "-n", "-o", "OPTIONS", str(path)).stdout.strip().split(","))
+
+
+def test_b_a_data_directory_turned_read_only_refuses_writes_cleanly_keeps_reads_and_loses_nothing(tmp_path: Path) -> None:
+    image = tmp_path / "data.ext4"
+    with _ext4(tmp_path / "data", image) as data:
+        trigger = Path(f"/sys/fs/ext4/{_device(data)}/trigger_fs_error")
+        if not trigger.exists():
+            unavailable(f"this kernel has no {trigger}")
+        live = _server(tmp_path / "base", data).start(timeout=120)
+        try:
+            acknowledged = _write_some(live, "before", 10)
+            _run("sync")  # written back, as a checkpoint would have (synchronous=NORMAL: a commit is not an fsync)
+            trigger.write_text("bhgbrain fault test\n")
+            assert _mount_options(data) & {"ro", "emergency_ro"}  # newer kernels say emergency_ro
+            for i in range(3):
+                refused = _storage_error(_remember(live, f"While read-only {i}: the romarker{i} is not stored"))
+                assert "read-only" in refused["message"], refused
+            _storage_error(live.post("backup", {"action": "create"}))
+            _assert_serves(live, acknowledged)
+            assert _integrity(data / "bhgbrain.sqlite3") == "ok"
+            assert live.proc is not None and live.proc.poll() is None
+        finally:
+            live.stop()
+    checked = _run("e2fsck", "-fy", str(image))
+    assert checked.returncode in (0, 1), checked.stdout  # 1: errors corrected (the injected one)
+    with _ext4(tmp_path / "data", image, make=False) as data:
+        live = _server(tmp_path / "base", data).start(timeout=120)
+        try:
+            acknowledged |= _write_some(live, "after", 3)
+            _assert_serves(live, acknowledged)
+        finally:
+            live.stop()
+        assert _integrity(data / "bhgbrain.sqlite3") == "ok"
+        assert {_hex(k): v for k, v in acknowledged.items()}.items() <= _stored(data / "bhgbrain.sqlite3").items()
+        assert not [content for content in _stored(data / "bhgbrain.sqlite3").values() if "romarker" in content]
+
+
+# ---------------------------------------------------------------------------------------------
 # 3. a restore killed half-way
 
 BACKUP_MEMORIES = 12_000
@@ -276,3 +353,148 @@ def test_c_a_restore_killed_half_way_leaves_the_previous_store_serving_and_a_sec
         assert gone.status_code == 404, gone.text
     finally:
         live.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. PostgreSQL restarted under load (a throwaway cluster of the test's own, never the machine's)
+
+
+class ThrowawayPostgres:
+    """A PostgreSQL cluster in a temporary folder owned by the ``postgres`` OS user (initdb refuses
+    to run as root), on a free port; stopped and removed at the end."""
+
+    def __init__(self) -> None:
+        binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+        if not binaries or not shutil.which("runuser"):
+            unavailable("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin) or no runuser to run them")
+        self.bin = binaries[-1].parent
+        self.root = Path(tempfile.mkdtemp(prefix="bhgbrain-pg-", dir="/tmp"))
+        shutil.chown(self.root, "postgres")
+        self.port = free_port()
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _as_postgres(self, *command: str) -> subprocess.CompletedProcess[str]:
+        return _run("runuser", "-u", "postgres", "--", *command)
+
+    def init(self) -> ThrowawayPostgres:
+        made = self._as_postgres(str(self.bin / "initdb"), "-D", str(self.root / "data"), "-U", "postgres",
+                                 "--auth=trust", "-N")
+        if made.returncode != 0:
+            unavailable(f"initdb failed: {made.stderr[-500:]}")
+        self.start()
+        return self
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        started = self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-o", options,
+                                    "-l", str(self.root / "log"), "-w", "start")
+        assert started.returncode == 0, started.stdout + started.stderr
+
+    def stop(self, mode: str = "immediate") -> None:
+        stopped = self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-m", mode, "-w", "stop")
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+    def remove(self) -> None:
+        if (self.root / "data" / "postmaster.pid").exists():
+            self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture
+def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
+    cluster = ThrowawayPostgres()
+    try:
+        yield cluster.init()
+    finally:
+        cluster.remove()
+
+
+class Load:
+    """Clients in threads, each writing a new memory then searching, until stopped; every answer
+    (status, error code, seconds, phase) is kept, and every acknowledged memory."""
+
+    def __init__(self, live: LiveServer, clients: int = 4) -> None:
+        self.live, self.clients = live, clients
+        self.phase = "before"
+        self.answers: list[tuple[int, str | None, float, str]] = []
+        self.acknowledged: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._client, args=(n,), daemon=True) for n in range(clients)]
+
+    def _call(self, tool: str, body: dict[str, Any]) -> httpx.Response | None:
+        phase, started = self.phase, time.monotonic()
+        try:
+            response = httpx.post(f"{self.live.url}/tool/{tool}", json=body, timeout=REQUEST_BOUND_S)
+        except httpx.TimeoutException:
+            self.answers.append((0, "TIMEOUT", time.monotonic() - started, phase))
+            return None
+        code = response.json()["error"]["code"] if response.status_code != 200 else None
+        self.answers.append((response.status_code, code, time.monotonic() - started, phase))
+        return response
+
+    def _client(self, n: int) -> None:
+        i = 0
+        while not self._stop.is_set():
+            content = f"Client {n} load fact {i}: the pgmarker{n}x{i} sits in bay {i}"
+            written = self._call("remember", {"content": content, "namespace": "faults"})
+            if written is not None and written.status_code == 200:
+                self.acknowledged[written.json()["id"]] = content
+            self._call("search", {"query": f"pgmarker{n}x{i}", "namespace": "faults", "mode": "fulltext"})
+            i += 1
+
+    def __enter__(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=2 * REQUEST_BOUND_S)
+
+    def ok_since(self, phase: str) -> int:
+        return sum(1 for status, _, _, p in self.answers if p == phase and status == 200)
+
+
+REQUEST_BOUND_S = 20  # no request may take longer, outage or not
+
+
+def _wait_for(condition: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_d_postgresql_restarted_under_load_fails_requests_cleanly_and_recovers_without_restart(
+        tmp_path: Path, throwaway_postgres: ThrowawayPostgres) -> None:
+    live = LiveServer(home=tmp_path, config=QUICK, env={"DATABASE_URL": throwaway_postgres.url}).start(timeout=180)
+    try:
+        with Load(live) as load:
+            assert _wait_for(lambda: load.ok_since("before") >= 20, 60), load.answers[-5:]
+            throwaway_postgres.stop("immediate")
+            load.phase = "outage"
+            time.sleep(4)
+            health = httpx.get(f"{live.url}/health", timeout=REQUEST_BOUND_S)
+            throwaway_postgres.start()
+            load.phase = "after"
+            assert _wait_for(lambda: load.ok_since("after") >= 20, 60), load.answers[-5:]
+        assert live.proc is not None and live.proc.poll() is None  # the same server process throughout
+        after_restart = live.post("search", {"query": "pgmarker0x0", "namespace": "faults", "mode": "fulltext"})
+        acknowledged = dict(load.acknowledged)
+    finally:
+        live.stop()
+
+    assert health.status_code == 503 and health.json()["status"] == "unhealthy", health.text
+    outcomes = {(status, code) for status, code, _, _ in load.answers}
+    assert outcomes <= {(200, None), (503, STORAGE)}, outcomes  # never a 500, never a timeout
+    assert (503, STORAGE) in {(s, c) for s, c, _, phase in load.answers if phase == "outage"}
+    assert max(seconds for _, _, seconds, _ in load.answers) < REQUEST_BOUND_S
+    assert after_restart.status_code == 200 and after_restart.json()["results"], after_restart.text
+    import psycopg
+
+    with psycopg.connect(throwaway_postgres.url) as db:
+        stored = {row[0].hex: row[1] for row in db.execute("SELECT id, content FROM memories")}
+    assert {_hex(k): v for k, v in acknowledged.items()}.items() <= stored.items()  # no acknowledged write lost
