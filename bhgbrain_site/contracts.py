@@ -43,6 +43,7 @@ MESSAGE_ID_MAX: Final = 200  # characters of a message id (the idempotency key o
 THREAD_BATCH_MAX: Final = 500  # messages one thread_append call may carry
 CONTEXT_TURNS_MAX: Final = 5  # neighbouring turns a search or recall result may carry (with_context)
 ERROR_ECHO_MAX: Final = 200  # characters of a client-supplied name quoted back in an error
+JSON_DEPTH_MAX: Final = 32  # levels of nesting an operation's arguments may have (theirs need 4)
 
 NAMESPACE_PATTERN: Final = rf"^[a-zA-Z0-9/-]{{1,{NAMESPACE_MAX}}}$"
 COLLECTION_PATTERN: Final = rf"^[a-zA-Z0-9-]{{1,{COLLECTION_MAX}}}$"

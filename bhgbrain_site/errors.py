@@ -8,12 +8,17 @@ our code (DRF, Django, the ASGI guards) become DomainErrors first, with
 from __future__ import annotations
 
 import errno
+import json
 import logging
+import re
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import utils as db_utils
 from pydantic import ValidationError
+
+from bhgbrain_site.contracts import ERROR_ECHO_MAX
 
 logger = logging.getLogger("bhgbrain.errors")
 
@@ -99,11 +104,25 @@ def error_for_status(status: int, message: str) -> DomainError:
     return error
 
 
+_PLAIN_FIELD = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _field_part(part: str | int) -> str:
+    text = str(part)
+    return text if _PLAIN_FIELD.fullmatch(text) and len(text) <= ERROR_ECHO_MAX else json.dumps(text[:ERROR_ECHO_MAX])
+
+
+def field_path(loc: Sequence[str | int]) -> str:
+    """A field's path as an error message names it (``messages.3.content``); a key a client made
+    up (empty, huge, with control characters or lone surrogates) is quoted, escaped and cut short."""
+    return ".".join(_field_part(part) for part in loc) or "<body>"
+
+
 def describe_validation_error(error: ValidationError) -> str:
     """Name each offending field; never echo the submitted values (they may be secrets)."""
     parts = []
     for item in error.errors(include_input=False, include_url=False):
-        field = ".".join(str(p) for p in item["loc"]) or "<body>"
+        field = field_path(item["loc"])
         parts.append(f"{field}: {item['msg']}")
     return "Invalid input: " + "; ".join(parts)
 

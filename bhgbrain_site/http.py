@@ -1,7 +1,6 @@
 """Thin HTTP endpoints: GET /health, POST /tool/<name>, GET /resource, GET /metrics."""
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -14,7 +13,8 @@ from django.views.decorators.http import require_GET
 
 from bhgbrain_site import registry
 from bhgbrain_site.contracts import ERROR_ECHO_MAX
-from bhgbrain_site.errors import DomainError, InvalidInput, NotFound, PayloadTooLarge, error_for_status, to_envelope
+from bhgbrain_site.errors import DomainError, NotFound, PayloadTooLarge, error_for_status, to_envelope
+from bhgbrain_site.inputs import parse_json_body
 from bhgbrain_site.metrics import metrics
 from bhgbrain_site.registry import CallContext
 from bhgbrain_site.security import rate_limiter
@@ -57,12 +57,7 @@ def _json_body(request: HttpRequest) -> Any:
         raw = request.body
     except RequestDataTooBig:
         raise PayloadTooLarge("Request body exceeds security.max_request_size_bytes") from None
-    if not raw:
-        return {}
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise InvalidInput("Invalid input: the body must be a JSON object") from None
+    return parse_json_body(raw) if raw else {}
 
 
 def _context(request: HttpRequest) -> CallContext:

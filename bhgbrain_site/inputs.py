@@ -3,6 +3,7 @@ types, the seed's limits from bhgbrain_site.contracts. The models themselves liv
 app's ``operations.py``."""
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -12,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from bhgbrain_site.contracts import (
     CATEGORY_NAME_PATTERN,
     COLLECTION_PATTERN,
+    JSON_DEPTH_MAX,
     MAX_TAGS,
     MESSAGE_ID_MAX,
     NAMESPACE_PATTERN,
@@ -20,6 +22,7 @@ from bhgbrain_site.contracts import (
     TAG_MAX,
     THREAD_MAX,
 )
+from bhgbrain_site.errors import InvalidInput, field_path
 
 
 class Input(BaseModel):
@@ -60,3 +63,47 @@ def _duration(value: Any) -> timedelta:
 
 # a window such as "7d", "12h" or "30m" (the seed's `list --expiring-within 7d`)
 Duration = Annotated[timedelta, BeforeValidator(_duration)]
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unstorable_text(text: str) -> str | None:
+    if "\x00" in text:
+        return "NUL characters (\\u0000) are not allowed"
+    if _SURROGATE.search(text):
+        return "lone surrogates (\\ud800-\\udfff) are not valid Unicode text"
+    return None
+
+
+def check_storable(arguments: Any) -> None:
+    """INVALID_INPUT naming the field, before any model sees the arguments, for what no store can
+    keep or no interface can send back: NUL characters (PostgreSQL refuses them in text), lone
+    surrogates (not UTF-8) in values or keys, and nesting deeper than JSON_DEPTH_MAX (walked
+    without recursion, so no depth can exhaust the stack)."""
+    pending: list[tuple[tuple[str | int, ...], Any]] = [((), arguments)]
+    while pending:
+        path, value = pending.pop()
+        if len(path) > JSON_DEPTH_MAX:
+            raise InvalidInput(f"Invalid input: {field_path(path[:1])}: nested deeper than {JSON_DEPTH_MAX} levels",
+                               field=str(path[0]))
+        if isinstance(value, dict):
+            for key, item in value.items():
+                problem = _unstorable_text(key) if isinstance(key, str) else None
+                if problem:
+                    raise InvalidInput(f"Invalid input: {field_path((*path, key))}: {problem} in a field name")
+                pending.append(((*path, key), item))
+        elif isinstance(value, list):
+            pending.extend(((*path, index), item) for index, item in enumerate(value))
+        elif isinstance(value, str) and (problem := _unstorable_text(value)):
+            raise InvalidInput(f"Invalid input: {field_path(path)}: {problem}", field=str(path[0]) if path else None)
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """A request body as JSON; INVALID_INPUT, never a 500, for bytes that are not JSON, not
+    UTF-8, or nested deeper than the parser can follow (thousands of ``[``)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise InvalidInput("Invalid input: the body must be a JSON object (UTF-8 JSON, "
+                           f"nested at most {JSON_DEPTH_MAX} levels)") from None

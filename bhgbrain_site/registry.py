@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from bhgbrain_site.contracts import ERROR_ECHO_MAX, RESOURCES, TOOLS
 from bhgbrain_site.errors import DomainError, Forbidden, InvalidInput, NotFound, describe_validation_error
+from bhgbrain_site.inputs import check_storable
 from bhgbrain_site.metrics import metrics
 
 
@@ -194,6 +195,7 @@ def resources() -> list[Resource]:
 def _parse(op: Operation, arguments: Any, coerce: bool) -> BaseModel:
     if not isinstance(arguments, dict):
         raise InvalidInput("Invalid input: the arguments must be a JSON object")
+    check_storable(arguments)
     try:
         return op.input_model.model_validate(arguments, strict=False if coerce else None)
     except ValidationError as exc:
