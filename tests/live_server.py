@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,43 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
+
+
+def unavailable(reason: str) -> None:
+    """Skip on a developer's machine without the service; fail in CI (.ci/run sets
+    BHGBRAIN_REQUIRE_SERVICES), where PostgreSQL and Redis are started first."""
+    import pytest
+
+    if os.environ.get("BHGBRAIN_REQUIRE_SERVICES"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def fresh_postgres(prefix: str) -> Iterator[str]:
+    """A new PostgreSQL database for the servers of a test module (its URL); dropped afterwards."""
+    import warnings
+
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        unavailable(f"PostgreSQL is not reachable at {PG_ADMIN}: {exc}")
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield f"postgres://postgres@127.0.0.1:5432/{name}"
+        finally:
+            admin.execute("SET statement_timeout = '60s'")  # a drop waits for every backend of the cluster
+            try:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            except psycopg.errors.QueryCanceled:  # another session's long statement holds every drop up
+                warnings.warn(f"could not drop the test database {name} within 60 s: drop it by hand", stacklevel=1)
 
 
 def process_table() -> dict[int, tuple[int, int, str]]:

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sqlite3
 import time
 import uuid
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,21 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.live_server import LiveServer
+from tests.live_server import LiveServer, fresh_postgres, unavailable
 from tests.live_server import descendants as _descendants
 from tests.live_server import process_table as _processes
 
-PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 REDIS = "redis://127.0.0.1:6379/0"
 WORKER = "x-bhgbrain-worker"
-
-
-def _unavailable(reason: str) -> None:
-    """Skip on a developer's machine without the service; fail in CI (.ci/run sets
-    BHGBRAIN_REQUIRE_SERVICES), where PostgreSQL and Redis are started first."""
-    if os.environ.get("BHGBRAIN_REQUIRE_SERVICES"):
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 def _redis_or_skip() -> None:
@@ -44,7 +33,7 @@ def _redis_or_skip() -> None:
     try:
         redis.Redis.from_url(REDIS, socket_connect_timeout=2).ping()
     except redis.RedisError as exc:
-        _unavailable(f"Redis is not reachable at {REDIS}: {exc}")
+        unavailable(f"Redis is not reachable at {REDIS}: {exc}")
 
 
 @pytest.fixture(params=["sqlite", "postgres+redis"], scope="module")
@@ -53,24 +42,9 @@ def backend(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     if request.param == "sqlite":
         yield {}
         return
-    import psycopg
-
     _redis_or_skip()
-    name = f"bhgbrain_workers_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
-    except psycopg.OperationalError as exc:
-        _unavailable(f"PostgreSQL is not reachable at {PG_ADMIN}: {exc}")
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield {"DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{name}", "REDIS_URL": REDIS}
-        finally:
-            admin.execute("SET statement_timeout = '60s'")  # a drop waits for every backend of the cluster
-            try:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            except psycopg.errors.QueryCanceled:  # another session's long statement holds every drop up
-                warnings.warn(f"could not drop the test database {name} within 60 s: drop it by hand", stacklevel=1)
+    with fresh_postgres("bhgbrain_workers") as url:
+        yield {"DATABASE_URL": url, "REDIS_URL": REDIS}
 
 
 def _query(live: LiveServer, sql: str) -> list[tuple[Any, ...]]:

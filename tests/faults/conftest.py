@@ -8,43 +8,15 @@ import sqlite3
 import subprocess
 import sys
 import uuid
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.live_server import server_env
+from tests.live_server import fresh_postgres, server_env, unavailable
 
-PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
-
-
-def unavailable(reason: str) -> None:
-    """Skip on a developer's machine without the service; fail where BHGBRAIN_REQUIRE_SERVICES is set."""
-    if os.environ.get("BHGBRAIN_REQUIRE_SERVICES"):
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-def _fresh_postgres(prefix: str) -> Iterator[dict[str, str]]:
-    import psycopg
-
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3)
-    except psycopg.OperationalError as exc:
-        unavailable(f"PostgreSQL is not reachable at {PG_ADMIN}: {exc}")
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield {"DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{name}"}
-        finally:
-            admin.execute("SET statement_timeout = '60s'")
-            try:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            except psycopg.errors.QueryCanceled:
-                warnings.warn(f"could not drop the test database {name} within 60 s: drop it by hand", stacklevel=1)
+__all__ = ["unavailable", "store_backend", "query", "id_hex", "id_column", "cli", "store_task", "finished"]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +26,8 @@ def store_backend() -> Iterator[dict[str, str]]:
     if not os.environ.get("DATABASE_URL"):
         yield {}
         return
-    yield from _fresh_postgres("bhgbrain_faults")
+    with fresh_postgres("bhgbrain_faults") as url:
+        yield {"DATABASE_URL": url}
 
 
 def query(home: Path, env: dict[str, str], sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
