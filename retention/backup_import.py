@@ -59,16 +59,25 @@ def exclusive_restore() -> Iterator[None]:
 
 
 def _resolve(path: str, allow_any_path: bool) -> Path:
+    """The backup file ``path`` names, symlinks and ``..`` resolved: INVALID_INPUT for one the
+    filesystem cannot even look up (``~user`` of no such user, a name too long, a symlink loop)."""
+    try:
+        return _resolved_backup(path, allow_any_path)
+    except (OSError, RuntimeError, ValueError) as exc:  # pathlib's "~user" and symlink loops; NUL, not UTF-8
+        raise InvalidInput(f"Invalid input: path: {getattr(exc, 'strerror', None) or exc}", field="path") from None
+
+
+def _resolved_backup(path: str, allow_any_path: bool) -> Path:
     candidate = Path(path).expanduser()
     if not candidate.is_absolute():
-        raise InvalidInput("Invalid input: path must be an absolute path to a .bhgb file")
+        raise InvalidInput("Invalid input: path must be an absolute path to a .bhgb file", field="path")
     if candidate.suffix != SUFFIX:
-        raise InvalidInput("Invalid input: path must name a .bhgb file")
+        raise InvalidInput("Invalid input: path must name a .bhgb file", field="path")
     resolved = candidate.resolve()
     if not allow_any_path and resolved.parent != backups_dir().resolve():
         raise InvalidInput(
-            f"Invalid input: restore reads backups from {backups_dir()} only; copy the file there "
-            "or run `bhgbrain backup restore PATH` on the server"
+            f"Invalid input: path: restore reads backups from {backups_dir()} only; copy the file there "
+            "or run `bhgbrain backup restore PATH` on the server", field="path",
         )
     if not resolved.is_file():
         raise NotFound("Backup file not found")

@@ -193,7 +193,8 @@ def pools(hash_embedder, settings, tmp_path: Path) -> dict[str, list[str]]:  # n
     registry.call("category", {"action": "set", "name": "values", "content": "Be kind", "namespace": "alice"}, FULL)
     backups = tmp_path / "backups"
     paths = [str(backups / "x.bhgb"), str(backups / ("a" * 300 + ".bhgb")), str(backups / ".." / "x.bhgb"),
-             str(backups / "x.bhgb" / "y.bhgb"), str(backups / "x.txt"), "x.bhgb", str(tmp_path / "config.json")]
+             str(backups / "x.bhgb" / "y.bhgb"), str(backups / "x.txt"), "x.bhgb", str(tmp_path / "config.json"),
+             "~no-such-user-here/x.bhgb", "~/x.bhgb", "/" + "b" * 5000 + ".bhgb"]
     return {"id": ids, "memory_id": ids, "path": paths, "thread": ["t-1", "t-2"], "name": ["values", "general", "seed"]}
 
 
