@@ -100,7 +100,7 @@ def test_invalid_input_is_400_naming_the_field(server: LiveServer, body: dict, f
     "content",
     [
         "openai key sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2",
-        "aws AKIAIOSFODNN7EXAMPLE",
+        "aws AKIA" + "Q2W3E4R5T6Y7U2I3",  # not AWS's documented ...EXAMPLE id: that one is a placeholder
         "gh token ghp_" + "a" * 36,
         "config: password=hunter2hunter2",
         "-----BEGIN RSA PRIVATE KEY-----\nMIIB...",

@@ -299,7 +299,7 @@ SECRET_CASES = {
     "json-password": '{"password": "hunter22x"}',
     "json-api_key": '{"user": "svc", "api_key": "abcd1234efgh"}',
     # AWS access key ids
-    "aws-bare": "AKIAIOSFODNN7EXAMPLE",
+    "aws-bare": "AKIA" + "Q2W3E4R5T6Y7U2I3",  # AWS's documented AKIA...EXAMPLE id is a placeholder
     "aws-in-prose": "the leaked key id was AKIAZ7Q4W3E2R1T0Y9U8 in the logs",
     # GitHub tokens
     "ghp": f"ghp_{GH_BODY}",
@@ -323,7 +323,7 @@ SECRET_CASES = {
     # secrets split by a control character: normalisation removes it and re-joins the secret
     "openai-hidden-by-nul": "sk-\x00" + "abcdefghijklmnopqrstuvwx",
     "ghp-hidden-by-bel": "ghp_\x07" + GH_BODY,
-    "aws-hidden-by-esc": "AKIA\x1bIOSFODNN7EXAMPLE",
+    "aws-hidden-by-esc": "AKIA\x1bQ2W3E4R5T6Y7U2I3",
     "pem-hidden-by-del": "-----BEGIN RSA PRIVATE\x7f KEY-----",
     "password-hidden-by-vt": "pass\x0bword=hunter22",
 }
