@@ -28,13 +28,13 @@ def _run(operation: str, arguments: dict[str, Any], label: str | None = None) ->
     """Run the operation (a bar labelled ``label`` on a terminal if it reports progress) and
     print its result, or the error envelope."""
     from bhgbrain_site import registry
-    from bhgbrain_site.errors import DomainError, to_envelope
+    from bhgbrain_site.errors import to_envelope
     from bhgbrain_site.progress import terminal_progress
 
     try:
         with terminal_progress(label or operation) as progress:
             result, code = registry.call(operation, arguments, registry.CallContext(actor="cli", progress=progress)), 0
-    except DomainError as exc:
+    except Exception as exc:  # noqa: BLE001 - the envelope, as every interface answers (a bug: INTERNAL, logged with its traceback)
         result, code = to_envelope(exc)[1], 1
     print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
     return code

@@ -167,6 +167,9 @@ def test_a_full_data_directory_refuses_writes_cleanly_keeps_reads_and_recovers_w
             assert refused is not None, "the disk never filled up"
             assert "full" in refused["message"].lower(), refused
             _storage_error(live.post("backup", {"action": "create"}))
+            by_cli = cli(tmp_path / "base", {}, "backup", "create")
+            out, err = by_cli.communicate(timeout=120)
+            assert by_cli.returncode == 1 and json.loads(out)["error"]["code"] == STORAGE, out + err[-2000:]
             leftovers = [p.name for p in (data / "backups").iterdir() if p.name.startswith(".")] if (data / "backups").exists() else []
             assert leftovers in ([], [".restore.lock"]), leftovers  # a refused backup leaves no partial file
             _assert_serves(live, acknowledged)
