@@ -140,10 +140,10 @@ _OS_REASONS = {errno.ENOSPC: "the data directory's disk is full", errno.EDQUOT: 
                errno.EROFS: "the data directory is read-only"}
 
 
-def storage_failure(exc: BaseException) -> StorageUnavailable | None:
-    """The STORAGE_UNAVAILABLE an exception of the storage layer means (a full or read-only disk,
-    an unreachable PostgreSQL: Django's OperationalError/InterfaceError not raised by SQLite), or
-    None for anything else."""
+def storage_reason(exc: BaseException) -> str | None:
+    """Why the storage refused, if ``exc`` (or its cause) is the storage layer refusing: a full or
+    read-only disk, an unreachable PostgreSQL (Django's OperationalError/InterfaceError not raised
+    by SQLite); None for anything else."""
     reason, seen = None, set()
     cause: BaseException | None = exc
     while cause is not None and reason is None and id(cause) not in seen:
@@ -156,6 +156,12 @@ def storage_failure(exc: BaseException) -> StorageUnavailable | None:
         elif isinstance(cause, (db_utils.OperationalError, db_utils.InterfaceError)) and not isinstance(cause.__cause__, sqlite3.Error):
             reason = "the database cannot be reached"
         cause = cause.__cause__ or cause.__context__
+    return reason
+
+
+def storage_failure(exc: BaseException) -> StorageUnavailable | None:
+    """The STORAGE_UNAVAILABLE ``exc`` means (logged in one line), or None (see storage_reason)."""
+    reason = storage_reason(exc)
     if reason is None:
         return None
     logger.error("storage unavailable: %s (%s: %s)", reason, type(exc).__name__, exc)

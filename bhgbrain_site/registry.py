@@ -27,7 +27,7 @@ from django.db import connections
 from pydantic import BaseModel, ValidationError
 
 from bhgbrain_site.contracts import ERROR_ECHO_MAX, RESOURCES, TOOLS
-from bhgbrain_site.errors import DomainError, Forbidden, InvalidInput, NotFound, describe_validation_error
+from bhgbrain_site.errors import DomainError, Forbidden, InvalidInput, NotFound, describe_validation_error, storage_reason
 from bhgbrain_site.inputs import check_storable
 from bhgbrain_site.metrics import metrics
 
@@ -243,8 +243,8 @@ def call(name: str, arguments: Any, ctx: CallContext, *, coerce: bool = False) -
     except DomainError as exc:
         outcome = exc.code
         raise
-    except Exception:
-        outcome = "INTERNAL"
+    except Exception as exc:
+        outcome = "STORAGE_UNAVAILABLE" if storage_reason(exc) else "INTERNAL"
         raise
     finally:
         metrics.tool_call(op.name, outcome, time.perf_counter() - started)

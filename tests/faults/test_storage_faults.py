@@ -149,7 +149,7 @@ def _write_some(live: LiveServer, prefix: str, count: int) -> dict[str, str]:
 
 def test_a_full_data_directory_refuses_writes_cleanly_keeps_reads_and_recovers_without_restart(tmp_path: Path) -> None:
     with _tmpfs(tmp_path / "data") as data:
-        live = _server(tmp_path / "base", data).start(timeout=120)
+        live = _server(tmp_path / "base", data, observability={"metrics_enabled": True}).start(timeout=120)
         try:
             acknowledged = _write_some(live, "before", 10)
             filler = _fill(data)
@@ -166,6 +166,9 @@ def test_a_full_data_directory_refuses_writes_cleanly_keeps_reads_and_recovers_w
                 break
             assert refused is not None, "the disk never filled up"
             assert "full" in refused["message"].lower(), refused
+            metrics = httpx.get(f"{live.url}/metrics", timeout=30).text  # counted as what it is, not as a bug
+            assert 'bhgbrain_tool_calls_total{outcome="STORAGE_UNAVAILABLE",tool="remember"} 1.0' in metrics
+            assert 'outcome="INTERNAL"' not in metrics
             _storage_error(live.post("backup", {"action": "create"}))
             by_cli = cli(tmp_path / "base", {}, "backup", "create")
             out, err = by_cli.communicate(timeout=120)
