@@ -25,23 +25,26 @@ _BLANK_RUN_RE = re.compile(r"\n{3,}")
 # is detected and what is not, with the measured rates (bench/secret_detection.py).
 
 _PLACEHOLDER_RE = re.compile(
-    r"example|placeholder|redacted|change_?me|replace[_-]?(?:me|with)|(?<![a-z])your(?![a-z])"
+    r"example|placeholder|redacted|change[_-]?me|replace[_-]?(?:me|with)|(?<![a-z])your(?![a-z])"
     r"|x{5,}|\*{3,}|\.\.\.|…|<[^>]*>|^\W*$",
     re.IGNORECASE,
 )
 # The value names a secret instead of holding one: a template or variable (${X}, $X, %(x)s, %X%,
-# {{ x }}, <x>, [x], #colour), a keyword, a call or subscript (os.getenv(, env::var(, cfg[), a
-# dotted name without digits (self.token, process.env.KEY), a file path, or a bare name that is
-# itself a secret's name (api_key=api_key, password=db_password).
+# {{ x }}, <x>, [x], #colour), a keyword, a file path, or a bare name that is itself a secret's
+# name (api_key=api_key, password=db_password).
 _REFERENCE_RE = re.compile(
     r"""\$[{(] | \$[A-Za-z_]\w*$ | %\( | %\w+%$ | [{<\[(`] | \#[0-9a-f]{3,8}$
     | (?:none|null|nil|true|false|undefined|string|bytes|optional|required|empty)$
-    | [A-Za-z_]\w*(?:(?:\.|::|->)[A-Za-z_]\w*)*[(\[]
-    | [A-Za-z_]+(?:(?:\.|::|->)[A-Za-z_]+)+$
     | (?:~|\.\.?)?/[a-z]
     | [A-Za-z_]*(?:key|token|secret|pass|pwd|credential)[A-Za-z_]*$""",
     re.IGNORECASE | re.VERBOSE,
 )
+# Code names a secret too: unquoted, a call or subscript (os.getenv(, env::var(, cfg[); quoted or
+# not, a dotted name made of words (self.token, process.env.KEY, "color.accent"), not of random
+# characters (ya29.a0AfH6SM, 'dQimjlSOt.foVb').
+_CALL_RE = re.compile(r"[A-Za-z_]\w*(?:(?:\.|::|->)[A-Za-z_]\w*)*[(\[]")
+_WORD = r"(?:[a-z]+(?:_[a-z]+)*|[A-Z][A-Z_]*|[A-Z]?[a-z]+(?:[A-Z][a-z]+)*)"
+_DOTTED_NAME_RE = re.compile(rf"{_WORD}(?:(?:\.|::|->){_WORD})+")
 _NUMBER_LIKE_RE = re.compile(r"[vV]?[\d.:/+\-TZ]+")  # counts, ports, dates, versions
 _IDENTIFIER_RE = re.compile(r"[A-Za-z_]+")
 _NOT_A_SECRET_PREFIX_RE = re.compile(r"(?:page|next|continuation|sync|cursor|resume|max|num)[_-]?$", re.IGNORECASE)
@@ -54,7 +57,7 @@ _KEY_NAMES = (
     r"|p(?:ass(?:word|wd|phrase)?|wd|gpassword|rivate[_-]?key)|c(?:lient[_-]?secret|redentials?)|refresh[_-]?token"
     r"|bearer[_-]?token|encryption[_-]?key|master[_-]?key|signing[_-]?key|account[_-]?key|shared[_-]?access[_-]?key)"
 )
-_VALUE = r"(?P<q>[\"'`]?)(?P<v>[^\s\"'`,;)=:][^\s\"'`,;)]{3,})"
+_VALUE = r"(?P<q>[\"'`]?)(?P<v>[^\s\"'`,;):][^\s\"'`,;)]{3,})"
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
@@ -75,15 +78,22 @@ def _letters_and_digits(value: str) -> bool:
 
 
 def _random_token(match: re.Match[str], text: str) -> bool:
-    return _real(match, text) and _letters_and_digits(_value(match, text))
+    """Machine-made: two of upper case, lower case and digits (a random 40-character key may lack digits)."""
+    value = _value(match, text)
+    classes = any(c.isupper() for c in value) + any(c.islower() for c in value) + any(c.isdigit() for c in value)
+    return _real(match, text) and classes >= 2
 
 
 def _literal_value(match: re.Match[str], text: str) -> bool:
     """A value given to a secret's name that is neither a placeholder, a reference nor a number."""
-    value, start = _value(match, text), match.start()
+    # NAME==x and "if x == y:": the operator's second "=" and trailing punctuation are not the value
+    raw, start = _value(match, text), match.start()
+    value = raw.removeprefix("=").rstrip(":.")
     if start and text[start - 1].isascii() and (text[start - 1].isalnum()):
         return False  # inside a longer word: OLDPWD=, bypass=
-    if _PLACEHOLDER_RE.search(value) or _REFERENCE_RE.match(value) or _NUMBER_LIKE_RE.fullmatch(value):
+    if _PLACEHOLDER_RE.search(raw) or _REFERENCE_RE.match(value) or _NUMBER_LIKE_RE.fullmatch(value):
+        return False
+    if (not match["q"] and _CALL_RE.match(value)) or _DOTTED_NAME_RE.fullmatch(value):
         return False
     if _NOT_A_SECRET_PREFIX_RE.search(text, max(0, start - 16), start):
         return False  # page_token=, next_token=, max_token=: not credentials

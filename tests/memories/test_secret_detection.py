@@ -89,6 +89,9 @@ HARD_POSITIVES = {
     "aws-id-in-cjk": "密钥" + "AKIA" + "Z2Y3X4W5V6U7T2S3" + "已经泄露",
     "pem-in-json-escaped": '{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQ\\n-----END PRIVATE KEY-----\\n"}',
     "putty": "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none",
+    "quoted-dotted-random": "API_TOKEN='dQimjlSOt.foVb'",
+    "value-starting-with-equals": "export JWT_SECRET==-OLbM~KGZz47D%wg#r",
+    "aws-secret-without-digits": "AWS secret access key: " + "CcDsRtIFxzeyZxVWgrpx" + "uJhAUkDmnkhwNFvAePvW",
 }
 
 HARD_NEGATIVES = {
@@ -122,6 +125,9 @@ HARD_NEGATIVES = {
     "ssh-url": "git clone ssh://git@git.acme.io:2222/infra.git",
     "public-key-header": "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----",
     "sk-css": '<div class="sk-circle-bounce sk-circle-fade-delay-long-animation">',
+    "change-me": "DJANGO_SUPERUSER_PASSWORD=change-me bhgbrain manage createsuperuser --noinput",
+    "design-token": '{"token": "color.accent", "value": "#3af2c4"}',
+    "comparison": "if token==expected_token: return True",
 }
 
 
