@@ -104,6 +104,7 @@ def error_for_status(status: int, message: str) -> DomainError:
     return error
 
 
+ERRORS_LISTED = 10  # validation errors one message names
 _PLAIN_FIELD = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -120,10 +121,10 @@ def field_path(loc: Sequence[str | int]) -> str:
 
 def describe_validation_error(error: ValidationError) -> str:
     """Name each offending field; never echo the submitted values (they may be secrets)."""
-    parts = []
-    for item in error.errors(include_input=False, include_url=False):
-        field = field_path(item["loc"])
-        parts.append(f"{field}: {item['msg']}")
+    items = error.errors(include_input=False, include_url=False)
+    parts = [f"{field_path(item['loc'])}: {item['msg']}" for item in items[:ERRORS_LISTED]]
+    if len(items) > ERRORS_LISTED:  # 5,000 unknown fields make one short message, not 200 KB
+        parts.append(f"and {len(items) - ERRORS_LISTED} more")
     return "Invalid input: " + "; ".join(parts)
 
 
