@@ -32,8 +32,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.faults.conftest import cli, unavailable
-from tests.live_server import LiveServer, free_port, server_env
+from tests.faults.conftest import cli
+from tests.live_server import LiveServer, free_port, server_env, unavailable
 
 # Degraded mode (no embedder): what is stored matters here, not its meaning, and the local model
 # needs seconds for each of the large memories that fill the disk.
