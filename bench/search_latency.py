@@ -11,7 +11,7 @@ the first search of each mode after a cold vector index, the bulk-load time and 
 
 Loading 100k memories through the write pipeline would take hours (the model embeds 15-30 passages/s
 on 2 cores), so the store is bulk-loaded: a few thousand distinct sentences are embedded once with the
-real model (cached in ``bench/results/latency-sentences-<seed>.npy``); each memory joins 1-3 of them
+real model (cached in ``bench/results/latency-sentences-<seed>-<count>.npy``); each memory joins 1-3 of them
 and its vector is the normalised sum of theirs. Rows are inserted with ``bulk_create`` and indexed with
 ``search.fulltext.index_memory`` in the same transaction.
 
@@ -431,8 +431,8 @@ class SentenceVectors:
 
 
 def sentence_vectors(sentences: Sequence[str], seed: int, embedder: Embedder) -> SentenceVectors:
-    """The sentences' passage vectors, from ``bench/results/latency-sentences-<seed>.npy`` when it matches."""
-    path = RESULTS_DIR / f"latency-sentences-{seed}.npy"
+    """The sentences' passage vectors, from ``bench/results/latency-sentences-<seed>-<count>.npy`` when it matches."""
+    path = RESULTS_DIR / f"latency-sentences-{seed}-{len(sentences)}.npy"
     meta = path.with_suffix(".json")
     fingerprint = _fingerprint(sentences, embedder.model_id)
     started = time.perf_counter()

