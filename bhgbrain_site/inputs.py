@@ -66,10 +66,12 @@ Duration = Annotated[timedelta, BeforeValidator(_duration)]
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# texts the write pipeline normalises (the seed's first step strips control characters, NUL too)
+NORMALISED_TEXTS = frozenset({"content", "answers"})
 
 
-def _unstorable_text(text: str) -> str | None:
-    if "\x00" in text:
+def _unstorable_text(text: str, *, normalised: bool = False) -> str | None:
+    if "\x00" in text and not normalised:
         return "NUL characters (\\u0000) are not allowed"
     if _SURROGATE.search(text):
         return "lone surrogates (\\ud800-\\udfff) are not valid Unicode text"
@@ -78,9 +80,10 @@ def _unstorable_text(text: str) -> str | None:
 
 def check_storable(arguments: Any) -> None:
     """INVALID_INPUT naming the field, before any model sees the arguments, for what no store can
-    keep or no interface can send back: NUL characters (PostgreSQL refuses them in text), lone
-    surrogates (not UTF-8) in values or keys, and nesting deeper than JSON_DEPTH_MAX (walked
-    without recursion, so no depth can exhaust the stack)."""
+    keep or no interface can send back: NUL characters (PostgreSQL refuses them in text; in the
+    NORMALISED_TEXTS the write pipeline strips them), lone surrogates (not UTF-8) in values or
+    keys, and nesting deeper than JSON_DEPTH_MAX (walked without recursion, so no depth can
+    exhaust the stack)."""
     pending: list[tuple[tuple[str | int, ...], Any]] = [((), arguments)]
     while pending:
         path, value = pending.pop()
@@ -95,8 +98,10 @@ def check_storable(arguments: Any) -> None:
                 pending.append(((*path, key), item))
         elif isinstance(value, list):
             pending.extend(((*path, index), item) for index, item in enumerate(value))
-        elif isinstance(value, str) and (problem := _unstorable_text(value)):
-            raise InvalidInput(f"Invalid input: {field_path(path)}: {problem}", field=str(path[0]) if path else None)
+        elif isinstance(value, str):
+            problem = _unstorable_text(value, normalised=bool(path) and path[-1] in NORMALISED_TEXTS)
+            if problem:
+                raise InvalidInput(f"Invalid input: {field_path(path)}: {problem}", field=str(path[0]) if path else None)
 
 
 def parse_json_body(raw: bytes) -> Any:

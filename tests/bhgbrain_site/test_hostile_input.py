@@ -94,8 +94,8 @@ def test_invalid_utf8_bodies_are_a_400(client: Client) -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("content", "before\x00after"), ("tags", ["ok", "bad\x00tag"]), ("namespace", "team\x00"),
-    ("collection", "notes\x00"), ("category", "x\x00y"), ("content", "lone \ud800 surrogate"), ("tags", ["\udfff"]),
+    ("tags", ["ok", "bad\x00tag"]), ("namespace", "team\x00"), ("collection", "notes\x00"), ("category", "x\x00y"),
+    ("content", "lone \ud800 surrogate"), ("tags", ["\udfff"]), ("retention_tier", "T0\x00"),
 ])
 def test_nul_and_lone_surrogates_are_refused_naming_the_field(client: Client, field: str, value: Any) -> None:
     body = {"content": "a fact about the build", field: value}
@@ -105,6 +105,16 @@ def test_nul_and_lone_surrogates_are_refused_naming_the_field(client: Client, fi
     assert Memory.objects.count() == 0
     status, _ = _json(client, "post", "/api/memories/", {"content": "a fact about the build"})
     assert status == 201  # the store still takes what is storable
+
+
+def test_nul_in_content_is_stripped_like_every_control_character(client: Client) -> None:
+    """The seed's first normalisation step strips control characters from content: NUL too, so
+    PostgreSQL, which cannot store it, never sees it."""
+    status, created = _json(client, "post", "/api/memories/", {"content": "before\x00after\x07 and a\x00bell"})
+    assert status == 201
+    assert Memory.objects.get(id=created["id"]).content == "beforeafter and abell"
+    registry.call("category", {"action": "set", "name": "values", "content": "be\x00 kind"}, CLI)
+    assert registry.call("category", {"action": "get", "name": "values"}, CLI)["content"] == "be kind"
 
 
 def test_huge_tag_lists_are_a_short_clear_400(client: Client) -> None:
@@ -248,7 +258,7 @@ def test_raw_hostile_bytes_over_real_http_and_mcp(tmp_path: Path) -> None:
     live = LiveServer(home=tmp_path, config={"security": {"rate_limit_rpm": 1_000_000}}).start()
     try:
         json_headers = {"content-type": "application/json"}
-        for raw in (DEEP, b'{"content": "\xff\xfe"}', b'{"content": "a\\u0000b"}', b'{"content": "\\ud800"}'):
+        for raw in (DEEP, b'{"content": "\xff\xfe"}', b'{"content": "a", "category": "a\\u0000b"}', b'{"content": "\\ud800"}'):
             for url in (live.url + "/tool/remember", live.url + "/api/memories/"):
                 response = httpx.post(url, content=raw, headers=json_headers, timeout=60)
                 assert response.status_code == 400 and response.json()["error"]["code"] == "INVALID_INPUT", (url, raw[:40])
@@ -259,7 +269,7 @@ def test_raw_hostile_bytes_over_real_http_and_mcp(tmp_path: Path) -> None:
         found = live.post("search", {"query": "ignore previous instructions", "namespace": "pi", "mode": "fulltext"})
         assert found.json()["results"][0]["content"] == INJECTION
         mcp = asyncio.run(asyncio.wait_for(_mcp_round(live.url), timeout=60))
-        assert mcp["nul"]["error"]["code"] == "INVALID_INPUT" and "content" in mcp["nul"]["error"]["message"]
+        assert mcp["nul"]["error"]["code"] == "INVALID_INPUT" and "speaker" in mcp["nul"]["error"]["message"]
         assert [r["content"] for r in mcp["search"]["results"]] == [INJECTION]
         assert mcp["memory"]["id"] == stored["id"] and mcp["memory"]["content"] == INJECTION
         assert httpx.get(live.url + "/health").status_code == 200
@@ -270,7 +280,7 @@ def test_raw_hostile_bytes_over_real_http_and_mcp(tmp_path: Path) -> None:
 async def _mcp_round(url: str) -> dict[str, Any]:
     async with streamable_http_client(url + "/mcp") as streams, ClientSession(streams[0], streams[1]) as session:
         await session.initialize()
-        nul = await session.call_tool("remember", {"content": "a\x00b", "namespace": "pi"})
+        nul = await session.call_tool("remember", {"content": "a fact", "speaker": "a\x00b", "thread": "t", "namespace": "pi"})
         assert nul.is_error
         search = await session.call_tool("search", {"query": "ignore previous instructions", "namespace": "pi",
                                                     "mode": "fulltext"})
