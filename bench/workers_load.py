@@ -87,17 +87,20 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def start_server(home: Path, workers: int, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(home: Path, workers: int, env: dict[str, str], *,
+                 scheduler: bool = False) -> tuple[subprocess.Popen[bytes], str]:
+    """A real ``bhgbrain server start`` in its own process group (stop it with :func:`stop_server`)."""
     port = free_port()
     command = [sys.executable, "-m", "bhgbrain_site.cli", f"--config={home / 'config.json'}", "server", "start",
-               f"--port={port}", "--no-scheduler", f"--workers={workers}"]
-    log = open(home / f"server-{workers}.stderr", "wb")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(command, stdout=log, stderr=log, env=env, cwd=REPO_ROOT)
+               f"--port={port}", f"--workers={workers}"] + ([] if scheduler else ["--no-scheduler"])
+    log_path = home / f"server-{workers}.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the server
+    proc = subprocess.Popen(command, stdout=log, stderr=log, env=env, cwd=REPO_ROOT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError((home / f"server-{workers}.stderr").read_text())
+            raise RuntimeError(log_path.read_text())
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return proc, url
@@ -105,6 +108,17 @@ def start_server(home: Path, workers: int, env: dict[str, str]) -> tuple[subproc
             pass
         time.sleep(0.3)
     raise RuntimeError("the server did not answer /health in 120 s")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the server's process group (workers, scheduler), SIGKILL after 30 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 async def warm_up(url: str, workers: int, questions: list[str], namespaces: list[str]) -> None:
@@ -204,11 +218,7 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> None:
             if result["errors"]:
                 print(f"    errors: {result['errors']}")
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_server(proc)
 
 
 def main() -> int:

@@ -24,8 +24,8 @@ from retention.selectors import store_health
 # Two thread pools instead of the event loop's default one (min(32, CPUs + 4) threads, shared by
 # everything): calls that write (remember embeds a passage, takes the write lock) queue in their
 # own pool, so a burst of writes never holds every thread while a search waits for one.
-READ_POOL = ThreadPoolExecutor(8, thread_name_prefix="bhgbrain-read")
-WRITE_POOL = ThreadPoolExecutor(8, thread_name_prefix="bhgbrain-write")
+READ_POOL = ThreadPoolExecutor(12, thread_name_prefix="bhgbrain-read")
+WRITE_POOL = ThreadPoolExecutor(12, thread_name_prefix="bhgbrain-write")
 
 
 def pool_for(name: str) -> ThreadPoolExecutor:
