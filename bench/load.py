@@ -63,6 +63,10 @@ MIXES = {  # operation -> weight (per 100)
     "issue": {"remember_new": 50, "search_hybrid": 40, "recall": 10},  # search's default mode is hybrid
     # no writes: the server's RSS must level off (growth under writes is the store growing)
     "reads": {"search": 60, "recall": 30, "inject": 10},
+    # writes that keep the store's size about constant (as many forgets as new memories): a leak
+    # shows as RSS growth here, where the indexes do not grow
+    "steady": {"remember_new": 15, "forget": 15, "remember_duplicate": 5, "tag": 5, "search": 35, "recall": 20,
+               "inject": 5},
 }
 SEARCH_MODES = ("hybrid", "fulltext", "semantic")
 
@@ -74,7 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of load; default 60")
     parser.add_argument("--size", type=int, default=2000, help="memories preloaded; default 2000")
     parser.add_argument("--mix", choices=sorted(MIXES), default="realistic",
-                        help="realistic: every operation; issue: 50%% remember, 40%% search, 10%% recall; reads: no writes")
+                        help="realistic: every operation; issue: 50%% remember, 40%% search, 10%% recall; reads: no writes; "
+                             "steady: as many forgets as new memories")
     parser.add_argument("--namespaces", type=int, default=4)
     parser.add_argument("--seed", type=int, default=4321)
     parser.add_argument("--sentences", type=int, default=3000,
