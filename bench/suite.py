@@ -13,7 +13,10 @@ Then writes ``bench/results/suite-<UTC time>/summary.json`` and ``summary.md`` (
 ``bench/results/summary-latest.*``), naming the machine, the load average and the commit.
 
     .venv/bin/python bench/suite.py            # the full sizes (make bench): about 30-40 minutes
-    .venv/bin/python bench/suite.py --quick    # small sizes, a few minutes (make bench-quick)
+    .venv/bin/python bench/suite.py --quick    # small sizes (make bench-quick): a few minutes once the
+                                               # retrieval store is cached; its first ingest of the eval
+                                               # data takes 20 minutes or more on 2 cores
+    .venv/bin/python bench/suite.py --quick --only latency,ingest,load,stdio   # a few minutes
     .venv/bin/python bench/suite.py --only load,stdio
 
 No assertions about timings: a step fails only when its program fails (the load run's audit).
