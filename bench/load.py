@@ -53,7 +53,7 @@ sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 import httpx  # noqa: E402
 import search_latency as lat  # noqa: E402 - store set-up, sentences and machine facts are shared
 from machine import load_average  # noqa: E402
-from workers_load import rss_mib, start_server, stop_server  # noqa: E402
+from workers_load import preload_store, rss_mib, start_server, stop_server  # noqa: E402
 
 MIXES = {  # operation -> weight (per 100)
     # every operation an agent uses, writes and reads about half and half
@@ -486,16 +486,7 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
     lat.setup_django(home, db_url)
     for name in ("httpx", "httpx2", "mcp"):
         logging.getLogger(name).setLevel(logging.WARNING)  # not a line per request
-    config = json.loads((home / "config.json").read_text())
-    config.setdefault("security", {})["rate_limit_rpm"] = 1_000_000  # measure the server, not the limiter
-    config.setdefault("observability", {})["metrics_enabled"] = True  # the model's busy time, from /metrics
-    (home / "config.json").write_text(json.dumps(config))
-    embedder, _ = lat.load_model()
-    rng = random.Random(args.seed)
-    sentences = lat.make_sentences(args.sentences, rng)
-    vectors = lat.sentence_vectors(sentences, args.seed, embedder).vectors
-    namespaces = lat.namespaces_for(args.size, args.namespaces)
-    lat.bulk_load(args.size, namespaces, sentences, vectors, embedder, args.seed)
+    rng, sentences, namespaces = preload_store(home, args, metrics=True)  # metrics: the model's busy time
     fresh_sentences = lat.make_sentences(1500, random.Random(args.seed + 1), exclude=sentences)
     questions = lat.make_questions(5000, rng)  # mostly distinct: a query cache must not flatter the numbers
     ceiling_before = embedding_ceiling(fresh_sentences, args.embed_seconds)

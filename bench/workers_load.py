@@ -178,11 +178,13 @@ async def load(url: str, args: argparse.Namespace, questions: list[str], texts: 
             "p99": pct(0.99), "errors": dict(errors), "per_worker": dict(per_worker)}
 
 
-def run(args: argparse.Namespace, home: Path, db_url: str | None) -> None:
-    lat.setup_django(home, db_url)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
+def preload_store(home: Path, args: argparse.Namespace, *, metrics: bool = False) -> tuple[random.Random, list[str], list[str]]:
+    """A server config without a rate limit (measure the server, not the limiter), and ``args.size``
+    memories bulk-loaded over ``args.namespaces``: the seeded rng, the sentences, the namespaces."""
     config = json.loads((home / "config.json").read_text())
-    config.setdefault("security", {})["rate_limit_rpm"] = 1_000_000  # measure the server, not the limiter
+    config.setdefault("security", {})["rate_limit_rpm"] = 1_000_000
+    if metrics:
+        config.setdefault("observability", {})["metrics_enabled"] = True
     (home / "config.json").write_text(json.dumps(config))
     embedder, _ = lat.load_model()
     rng = random.Random(args.seed)
@@ -190,6 +192,13 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> None:
     vectors = lat.sentence_vectors(sentences, args.seed, embedder).vectors
     namespaces = lat.namespaces_for(args.size, args.namespaces)
     lat.bulk_load(args.size, namespaces, sentences, vectors, embedder, args.seed)
+    return rng, sentences, namespaces
+
+
+def run(args: argparse.Namespace, home: Path, db_url: str | None) -> None:
+    lat.setup_django(home, db_url)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
+    rng, sentences, namespaces = preload_store(home, args)
     from django.db import connections
 
     connections.close_all()
