@@ -50,6 +50,11 @@ class FeedReader:
             self.last_change = changes[-1][0]
         return changes
 
+    def rewind(self, changes: list[tuple[int, uuid.UUID, str]]) -> None:
+        """Read ``changes`` (the last read) again next time: applying them failed."""
+        if changes:
+            self.last_change = min(self.last_change, changes[0][0] - 1)
+
 
 def feed_prune(*, now: datetime | None = None) -> int:
     """Old feed rows go, but never one an external index (Qdrant) has not applied yet."""

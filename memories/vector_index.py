@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
+from django.db import DatabaseError
 
 from memories.embeddings import from_bytes, get_embedder
 from memories.feed import FeedReader
@@ -150,6 +151,7 @@ class EmbeddedVectorIndex:
                "thread")
 
     def _load(self) -> None:
+        self._discard()  # a load that failed half-way may have left rows behind
         self._feed.start()
         rows = Memory.objects.filter(archived=False, embedding_model=self.model_id, embedding__isnull=False)
         fields = ("id", "namespace", "collection", "expires_at", "decay_eligible", "embedding", "thread")
@@ -175,14 +177,27 @@ class EmbeddedVectorIndex:
                 self._GROW = saved
 
     def _catch_up(self) -> None:
+        """Replay the feed; a failure half-way through a change throws the rows away (reloaded next time)."""
+        try:
+            self._apply_feed()
+        except DatabaseError:
+            raise  # nothing half-applied: a failed load starts over, a failed fetch rewinds the feed
+        except BaseException:
+            self._discard()
+            raise
+
+    def _discard(self) -> None:
+        self._loaded = False
+        self._reset_arrays()
+        self._applied.clear()
+        self._projection = None
+
+    def _apply_feed(self) -> None:
         if not self._loaded:
             self._load()
             return
         changes = self._feed.read()
         if changes is None:
-            self._reset_arrays()
-            self._applied.clear()
-            self._projection = None
             self._load()
             return
         if not changes:
@@ -191,7 +206,11 @@ class EmbeddedVectorIndex:
         self._applied.difference_update(change_id for change_id, _, _ in changes)
         if not ids:
             return
-        found = {m.id: m for m in Memory.objects.filter(id__in=ids).only(*self._FIELDS)}
+        try:
+            found = {m.id: m for m in Memory.objects.filter(id__in=ids).only(*self._FIELDS)}
+        except DatabaseError:
+            self._feed.rewind(changes)  # nothing applied yet: read them again next time
+            raise
         for memory_id in ids:
             memory = found.get(memory_id)
             if memory is None:

@@ -8,9 +8,16 @@ ms, with the namespace's own BM25 statistics. Like the embedded vector index it 
 lazily and replays the ``vector_changes`` feed before every search, so several processes
 stay current; replaced or deleted rows are masked and the index is rebuilt when more than
 a third of its rows are dead.
+
+Any failure while catching up or scoring throws the whole index away (the next search reloads
+it from the database): a half-applied change would leave the posting lists and the per-row
+arrays out of step, and a numpy view still held by a failed search's traceback would make
+every later ``array.append`` raise ``BufferError``, so one transient error would otherwise
+turn into a permanently failing full-text search.
 """
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import uuid
@@ -18,12 +25,13 @@ from array import array
 from datetime import UTC, datetime
 
 import numpy as np
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils.dateparse import parse_datetime
 from django.utils.timezone import make_aware
 
 from memories.feed import FeedReader
 
+logger = logging.getLogger("bhgbrain.search")
 _INF = math.inf
 _SELECT = {
     # SQLite: the analyzed text FTS5 stores; PostgreSQL: the token arrays of memory_search
@@ -118,12 +126,20 @@ class TextIndex:
             self._add(memory_id, content, tags, context or "", namespace, collection, until)
 
     def _load(self) -> None:
+        self._loaded = False
         self._reset()
         self._feed.start()
         with connection.cursor() as cursor:
             cursor.execute(_SELECT[connection.vendor][0], [False])
             self._ingest(_typed(cursor.fetchall()))
         self._loaded = True
+
+    def _discard(self, exc: BaseException) -> None:
+        """After a failure: fresh arrays (nothing shares a buffer with a dead search), reload next time."""
+        self._loaded = False
+        self._reset()
+        logger.warning("full-text index discarded after %s: %s; the next search reloads it",
+                       type(exc).__name__, exc, exc_info=not isinstance(exc, DatabaseError))
 
     def _catch_up(self) -> None:
         if not self._loaded or self._dead * 3 > max(len(self._ids), 3000):
@@ -139,9 +155,13 @@ class TextIndex:
         placeholders = ", ".join(["%s"] * len(ids))
         sql, id_column = _SELECT[connection.vendor]
         keys = [m.hex for m in ids] if connection.vendor == "sqlite" else [str(m) for m in ids]
-        with connection.cursor() as cursor:
-            cursor.execute(sql + f" AND {id_column} IN ({placeholders})", [False, *keys])
-            rows = _typed(cursor.fetchall())
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(sql + f" AND {id_column} IN ({placeholders})", [False, *keys])
+                rows = _typed(cursor.fetchall())
+        except DatabaseError:
+            self._feed.rewind(changes)
+            raise
         present = {row[0] for row in rows}
         for memory_id in ids:
             if str(memory_id) not in present:
@@ -150,43 +170,53 @@ class TextIndex:
 
     def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int) -> list[tuple[str, float]]:
         with self._lock:
-            self._catch_up()
-            ns_code = self._codes.get("n:" + namespace)
-            if ns_code is None:
-                return []
-            ns = np.frombuffer(self._ns, dtype=np.int32)
-            alive = np.frombuffer(self._alive, dtype=np.int8).astype(bool)
-            in_ns = alive & (ns == ns_code)
-            n_docs = int(in_ns.sum())
-            if n_docs == 0:
-                return []
-            dl = np.frombuffer(self._dl, dtype=np.float32)
-            avgdl = max(float(dl[in_ns].mean()), 1.0)
-            eligible = in_ns & (np.frombuffer(self._live, dtype=np.float64) > now.timestamp())
-            if collection is not None:
-                eligible &= np.frombuffer(self._coll, dtype=np.int32) == self._codes.get("c:" + collection, -2)
-            scores = np.zeros(len(self._ids), dtype=np.float32)
-            for term in terms:
-                posting = self._postings.get(term)
-                if posting is None:
-                    continue
-                rows = np.frombuffer(posting[0], dtype=np.int32)
-                tfs = np.frombuffer(posting[1], dtype=np.float32)
-                df = int(in_ns[rows].sum())
-                if df == 0:
-                    continue
-                keep = eligible[rows]
-                rows, tfs = rows[keep], tfs[keep]
-                idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
-                norm = self.k1 * (1 - self.b + self.b * dl[rows] / avgdl)
-                scores[rows] += idf * tfs * (self.k1 + 1) / (tfs + norm)
-            hits = np.flatnonzero(scores > 0)
-            if hits.size == 0:
-                return []
-            top = min(limit, hits.size)
-            best = hits[np.argpartition(-scores[hits], top - 1)[:top]]
-            best = best[np.argsort(-scores[best], kind="stable")]
-            return [(self._ids[i], float(scores[i])) for i in best]
+            try:
+                self._catch_up()
+                return self._score(terms, namespace, collection, now, limit)
+            except DatabaseError:
+                raise  # nothing half-applied: a failed load reloads, a failed read rewinds the feed
+            except BaseException as exc:
+                self._discard(exc)
+                raise
+
+    def _score(self, terms: list[str], namespace: str, collection: str | None, now: datetime,
+               limit: int) -> list[tuple[str, float]]:
+        ns_code = self._codes.get("n:" + namespace)
+        if ns_code is None:
+            return []
+        ns = np.frombuffer(self._ns, dtype=np.int32)
+        alive = np.frombuffer(self._alive, dtype=np.int8).astype(bool)
+        in_ns = alive & (ns == ns_code)
+        n_docs = int(in_ns.sum())
+        if n_docs == 0:
+            return []
+        dl = np.frombuffer(self._dl, dtype=np.float32)
+        avgdl = max(float(dl[in_ns].mean()), 1.0)
+        eligible = in_ns & (np.frombuffer(self._live, dtype=np.float64) > now.timestamp())
+        if collection is not None:
+            eligible &= np.frombuffer(self._coll, dtype=np.int32) == self._codes.get("c:" + collection, -2)
+        scores = np.zeros(len(self._ids), dtype=np.float32)
+        for term in terms:
+            posting = self._postings.get(term)
+            if posting is None:
+                continue
+            rows = np.frombuffer(posting[0], dtype=np.int32)
+            tfs = np.frombuffer(posting[1], dtype=np.float32)
+            df = int(in_ns[rows].sum())
+            if df == 0:
+                continue
+            keep = eligible[rows]
+            rows, tfs = rows[keep], tfs[keep]
+            idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+            norm = self.k1 * (1 - self.b + self.b * dl[rows] / avgdl)
+            scores[rows] += idf * tfs * (self.k1 + 1) / (tfs + norm)
+        hits = np.flatnonzero(scores > 0)
+        if hits.size == 0:
+            return []
+        top = min(limit, hits.size)
+        best = hits[np.argpartition(-scores[hits], top - 1)[:top]]
+        best = best[np.argsort(-scores[best], kind="stable")]
+        return [(self._ids[i], float(scores[i])) for i in best]
 
 
 def _typed(rows: list[tuple]) -> list[tuple]:

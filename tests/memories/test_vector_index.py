@@ -139,3 +139,75 @@ def test_small_models_and_small_namespaces_scan_exactly(monkeypatch: pytest.Monk
     big, rng, basis = _filled_index(monkeypatch, 1500)
     big.search(_anisotropic(rng, 1, basis)[0], namespace="other", collection=None, limit=5, now=timezone.now())
     assert big._projection is None  # noqa: SLF001 - 150 candidates: below SKETCH_MIN_ROWS
+
+
+def _ids(index: EmbeddedVectorIndex, embedder, text: str) -> set[str]:  # noqa: ANN001
+    query = embedder.embed_query(text)
+    return {h.memory_id for h in index.search(query, namespace="global", collection=None, limit=20, now=timezone.now())}
+
+
+def test_a_database_error_while_catching_up_loses_no_change(hash_embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The feed position moves before the changed rows are fetched: a failed fetch must not skip them."""
+    from django.db import OperationalError
+
+    from memories.models import Memory
+
+    index = _fresh_index(hash_embedder)
+    first = remember("Alpha fact")
+    assert _ids(index, hash_embedder, "Alpha fact") == {first.id}
+    second = remember("Beta fact")
+    gone = first.id
+    memory_forget(memory_id=gone, namespace=None, actor="test")
+
+    def locked(*args: object, **kwargs: object) -> object:
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(Memory.objects, "filter", locked)
+    with pytest.raises(OperationalError):
+        _ids(index, hash_embedder, "Beta fact")
+    monkeypatch.undo()
+    assert _ids(index, hash_embedder, "Beta fact") == {second.id}
+
+
+def test_a_failure_half_way_through_a_change_discards_the_rows(hash_embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows half-written by a failed catch-up are thrown away and reloaded, never served."""
+    index = _fresh_index(hash_embedder)
+    first = remember("Alpha fact")
+    assert _ids(index, hash_embedder, "Alpha fact") == {first.id}
+    second = remember("Beta fact")
+
+    def broken(self: EmbeddedVectorIndex, *args: object, **kwargs: object) -> None:
+        raise MemoryError("injected")
+
+    monkeypatch.setattr(EmbeddedVectorIndex, "_put_memory", broken)
+    with pytest.raises(MemoryError):
+        _ids(index, hash_embedder, "Beta fact")
+    assert not index.loaded
+    monkeypatch.undo()
+    third = remember("Gamma fact")
+    assert _ids(index, hash_embedder, "Beta fact") == {first.id, second.id, third.id}
+
+
+def test_a_load_that_failed_half_way_keeps_no_stale_row(hash_embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory forgotten between a failed load and the next one must not stay in the index."""
+    from django.db import OperationalError
+
+    a, b = remember("Alpha fact"), remember("Beta fact")
+    index = _fresh_index(hash_embedder)
+    real_put = EmbeddedVectorIndex._put  # noqa: SLF001 - wrapped to fail once mid-load
+    seen = {"n": 0}
+
+    def fail_second(self: EmbeddedVectorIndex, *args: object, **kwargs: object) -> None:
+        seen["n"] += 1
+        if seen["n"] == 2:
+            raise OperationalError("connection lost mid-load")
+        real_put(self, *args, **kwargs)
+
+    monkeypatch.setattr(EmbeddedVectorIndex, "_put", fail_second)
+    with pytest.raises(OperationalError):
+        _ids(index, hash_embedder, "Alpha fact")
+    monkeypatch.undo()
+    memory_forget(memory_id=a.id, namespace=None, actor="test")
+    memory_forget(memory_id=b.id, namespace=None, actor="test")
+    c = remember("Gamma fact")
+    assert _ids(index, hash_embedder, "Alpha fact") == {c.id}

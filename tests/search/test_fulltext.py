@@ -520,3 +520,64 @@ def test_text_index_updates_expiry_in_place_and_replaces_edited_rows(hash_embedd
     assert index.row_count() == rows_before  # updated in place
     memory_forget(memory_id=mid, namespace=None, actor="test")
     assert index.search(["kubernet"], namespace="global", collection=None, now=now, limit=5) == []
+
+
+# --------------------------------------------------------------------------- failures never stick
+
+
+def _index_search(index, query: str) -> list[str]:  # noqa: ANN001 - a TextIndex
+    terms = analyze_query(query)
+    return [h[0] for h in index.search(terms, namespace="global", collection=None, now=timezone.now(), limit=20)]
+
+
+def test_a_search_that_fails_while_scoring_leaves_no_broken_index(hash_embedder, monkeypatch) -> None:
+    """A failed search's traceback keeps its numpy views of the index's arrays alive; appending to
+    an array with a live view raises BufferError half-way through a row. The index must not
+    carry that on: the next searches see every memory, old and new."""
+    import numpy as np
+
+    from search.text_index import TextIndex
+
+    index = TextIndex(0.9, 0.4, 2)
+    first = remember("The billing service runs on Kubernetes").id
+    assert _index_search(index, "kubernetes") == [first]
+    real = np.argpartition
+    calls = {"n": 0}
+
+    def fail_once(*args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected scoring failure")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(np, "argpartition", fail_once)
+    with pytest.raises(RuntimeError) as failure:
+        _index_search(index, "kubernetes")
+    kept = failure.value  # noqa: F841 - its traceback (and the frame's views) stays alive
+    second = remember("The billing dashboard also runs on Kubernetes").id
+    third = remember("Kubernetes upgrades happen on Tuesdays").id
+    assert set(_index_search(index, "kubernetes")) == {first, second, third}
+    assert set(_index_search(index, "billing")) == {first, second}
+
+
+def test_a_database_error_while_catching_up_loses_no_change(hash_embedder, monkeypatch) -> None:
+    """The feed position moved before the changed rows were fetched: a failed fetch must not skip them."""
+    from django.db import OperationalError
+
+    from search import text_index
+
+    index = text_index.TextIndex(0.9, 0.4, 2)
+    first = remember("The billing service runs on Kubernetes").id
+    assert _index_search(index, "kubernetes") == [first]
+    second = remember("Kubernetes upgrades happen on Tuesdays").id
+    real = text_index._typed  # noqa: SLF001 - replaced to fail once, then restored
+
+    def locked(rows: list[tuple]) -> list[tuple]:
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(text_index, "_typed", locked)
+    with pytest.raises(OperationalError):
+        _index_search(index, "kubernetes")
+    monkeypatch.setattr(text_index, "_typed", real)
+    assert set(_index_search(index, "kubernetes")) == {first, second}
+    assert index.row_count() == 2  # caught up from the feed, not reloaded
