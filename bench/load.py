@@ -146,10 +146,18 @@ async def http_transport(client: httpx.AsyncClient) -> tuple[Callable, Callable]
 
 
 async def mcp_transport(stack: AsyncExitStack, url: str) -> tuple[Callable, Callable]:
-    from mcp import ClientSession
+    """A real ``mcp`` SDK session over streamable HTTP (``/mcp``): its tool call and resource read."""
     from mcp.client.streamable_http import streamable_http_client
 
     streams = await stack.enter_async_context(streamable_http_client(url + "/mcp"))
+    return await mcp_session_calls(stack, streams)
+
+
+async def mcp_session_calls(stack: AsyncExitStack, streams: tuple[Any, ...]) -> tuple[Callable, Callable]:
+    """An initialized ``mcp`` SDK session over ``streams`` (any transport): its tool call (the
+    structured result; an error result raises :class:`CallFailed`) and resource read."""
+    from mcp import ClientSession
+
     session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
     await session.initialize()
 

@@ -19,10 +19,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+
+if TYPE_CHECKING:
+    from mcp.client.stdio import StdioServerParameters
 
 
 def build_store(home: Path, size: int, seed: int) -> None:
@@ -52,12 +56,19 @@ def server_rss_mib(config: Path) -> float:
     return float("nan")
 
 
-async def one_session(config: Path) -> dict[str, float]:
-    from mcp import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
+def stdio_parameters(config: Path) -> StdioServerParameters:
+    """The command line an MCP client (Claude Desktop) runs: ``bhgbrain --config=… server start --stdio``."""
+    from mcp.client.stdio import StdioServerParameters
 
     script = Path(sys.executable).with_name("bhgbrain")
-    params = StdioServerParameters(command=str(script), args=[f"--config={config}", "server", "start", "--stdio"])
+    return StdioServerParameters(command=str(script), args=[f"--config={config}", "server", "start", "--stdio"])
+
+
+async def one_session(config: Path) -> dict[str, float]:
+    from mcp import ClientSession
+    from mcp.client.stdio import stdio_client
+
+    params = stdio_parameters(config)
     started = time.perf_counter()
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:

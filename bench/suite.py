@@ -7,7 +7,9 @@ Runs, each in its own process with its own ``--json``:
 2. search and write latency at 10k and 100k memories (``search_latency.py``);
 3. ingest: the write path's latency per phase (``remember_latency.py``) and thread appends/s;
 4. the load run (``load.py``: 16 clients over HTTP and MCP, audit afterwards), short;
-5. MCP stdio: process start → ``initialize`` / first ``recall``, and the server's RSS.
+5. MCP stdio: process start → ``initialize`` / first ``recall``, and the server's RSS;
+6. search through the transports (``transport_latency.py``): in-process, ``/tool``, REST, MCP
+   HTTP, MCP stdio and ``/health``, 1 and 8 clients, each transport's overhead and the targets.
 
 Then writes ``bench/results/suite-<UTC time>/summary.json`` and ``summary.md`` (and copies them to
 ``bench/results/summary-latest.*``), naming the machine, the load average and the commit.
@@ -104,6 +106,28 @@ def stdio_summary(data: dict[str, Any]) -> Summary:
     return {"size": data["size"], **{f"{key}_p50": round(value["p50"], 2) for key, value in data["summary"].items()}}
 
 
+def transport_summary(data: dict[str, Any]) -> Summary:
+    """Per size and transport, one client, fresh questions: hybrid p50 and every mode's p50 overhead;
+    and how many of the size's targets were not met."""
+    out: Summary = {}
+    for size in data["sizes"]:
+        single = min(data["run"]["clients"])
+        over = {(o["transport"], o["mode"]): o["p50"] for o in size["overheads"]
+                if o["variant"] == "fresh" and o["clients"] == single}
+        for cell in size["cells"]:
+            if cell["variant"] != "fresh" or cell["clients"] != single or cell["mode"] != "hybrid":
+                continue
+            out[f"{size['size']} {cell['transport']}"] = {
+                "hybrid_p50_ms": _ms(cell.get("p50")), "hybrid_p95_ms": _ms(cell.get("p95")),
+                **{f"{mode}_overhead_p50_ms": _ms(over.get((cell["transport"], mode))) for mode in data["run"]["modes"]},
+            }
+        health = next((c for c in size["health"] if c["clients"] == single), {})
+        out[f"{size['size']} /health"] = {"hybrid_p50_ms": _ms(health.get("p50"))}
+        out[f"{size['size']} targets"] = {"not met": sum(t["verdict"] != "met" for t in size["targets"]),
+                                          "of": len(size["targets"])}
+    return out
+
+
 STEPS = (
     Step("retrieval", "Retrieval quality (../shared/eval dev)", "retrieval.py",
          (), ("--ingest", "threads", "--modes", "hybrid"), retrieval_summary, needs=EVAL / "locomo_memories.jsonl"),
@@ -114,6 +138,8 @@ STEPS = (
          ("--duration", "60"), ("--clients", "8", "--duration", "15", "--size", "300", "--sentences", "300"), load_summary),
     Step("stdio", "MCP stdio start-up", "mcp_initialize.py", ("--size", "100000", "--runs", "3"),
          ("--size", "1000", "--runs", "2"), stdio_summary),
+    Step("transport", "Search through the transports (1 and 8 clients)", "transport_latency.py", (), ("--quick",),
+         transport_summary),
 )
 
 

@@ -1,0 +1,604 @@
+"""Search latency through the real transports, beside the in-process call, and each transport's overhead.
+
+For every store size (bulk-loaded like bench/search_latency.py: real e5 sentence vectors, one
+namespace) one real server is started (``bhgbrain server start``, one worker, scheduler off,
+no rate limit, loopback: no token) and the same kind of queries are sent
+
+- in-process: ``registry.call_tool("search", …)`` in this process (Django on the same database);
+- ``POST /tool/search`` (one kept-alive ``httpx.AsyncClient`` per client);
+- REST: ``POST /api/search/`` (the DRF viewset; kept alive the same way);
+- MCP HTTP: a real ``mcp`` SDK session per client over streamable HTTP ``/mcp``;
+- MCP stdio: a real ``mcp`` SDK ``stdio_client`` per client, each its own
+  ``bhgbrain --config=… server start --stdio`` process as Claude Desktop starts it
+  (``--stdio-sessions shared``: one process, the clients' calls in flight on one session);
+
+in ``fulltext``, ``semantic`` and ``hybrid`` mode, with one client and with 8 clients sending
+back to back, plus ``GET /health``. Printed: p50/p95/p99 per request, requests/s, and the
+overhead of each transport over the in-process call (its p50 minus the in-process p50, the same
+for p95), then a verdict (met / not met) for each target of issue 13.
+
+Two variants, because every server process caches query embeddings (2048 per process):
+
+- ``fresh``: each (transport, mode, clients) cell gets its own questions, disjoint from every
+  other cell's (slices of one shuffled list of distinct questions), so no cell hits a cache that
+  another one filled: semantic and hybrid include embedding the query, as for a new question;
+- ``cached``: one short list of questions, the same for every transport, sent once untimed and
+  then timed (repeated): every query embedding is a cache hit in every process, so the
+  difference to in-process is the transport's own cost.
+
+Every process is warmed before the clock starts (indexes loaded, a few calls in every mode).
+A cell's requests go out in ``--rounds`` rounds interleaved across the transports (the order
+rotated each round), so a change in the machine's load reaches every transport alike; the load
+average is printed at the start and end of every cell (its first and last round).
+
+Usage (from the repository root)::
+
+    .venv/bin/python bench/transport_latency.py                     # 1k, 10k, 100k; 1 and 8 clients
+    .venv/bin/python bench/transport_latency.py --quick             # 1k, 40 queries a cell: a few minutes
+    .venv/bin/python bench/transport_latency.py --sizes 1000,10000 --clients 1,8
+
+Writes bench/results/transport-<UTC time>.json and .md, copied to transport-latest.*.
+No assertions about timings.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+
+import httpx  # noqa: E402
+import search_latency as lat  # noqa: E402 - store set-up, questions and machine facts are shared
+from load import CallFailed, http_transport, mcp_session_calls, mcp_transport, percentiles  # noqa: E402
+from machine import load_average  # noqa: E402
+from mcp_initialize import server_rss_mib, stdio_parameters  # noqa: E402
+from workers_load import preload_store, rss_mib, start_server, stop_server  # noqa: E402
+
+RESULTS = REPO_ROOT / "bench" / "results"
+IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_STDIO, HEALTH = "in-process", "/tool", "REST", "MCP HTTP", "MCP stdio", "/health"
+TRANSPORTS = (IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_STDIO)
+MODES = ("fulltext", "semantic", "hybrid")
+VARIANTS = ("fresh", "cached")
+LIMIT = 10
+# the targets of issue 13 (one client, a quiet machine)
+OVERHEAD_P50_MS, OVERHEAD_P95_MS = 2.0, 5.0  # /tool, REST, MCP HTTP over in-process
+STDIO_OVERHEAD_P50_MS = 3.0
+HYBRID_TAIL_RATIO = 1.6  # hybrid p95 / p50 at 1k
+CONCURRENT_FACTOR = 2.0  # overhead with 8 clients / overhead with one
+HEALTH_P50_MS = 2.0
+
+Send = Callable[[str], Awaitable[Any]]  # one request for a question
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=lat._sizes, default=None,  # noqa: SLF001
+                        help="store sizes; default 1000,10000,100000")
+    parser.add_argument("--clients", default="1,8", help="client counts; default 1,8")
+    parser.add_argument("--queries", type=int, default=None, help="timed requests per cell; default 200 (--quick: 40)")
+    parser.add_argument("--modes", default=",".join(MODES), help="search modes; default all three")
+    parser.add_argument("--transports", default=",".join(TRANSPORTS),
+                        help="transports to time (in-process is always timed: it is the baseline)")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="each cell's requests in this many rounds, interleaved across transports; default 4")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls per mode and client before timing")
+    parser.add_argument("--cached", type=int, default=None,
+                        help="distinct questions of the cached variant (0: skip it); default 50 (--quick: 20)")
+    parser.add_argument("--stdio-sessions", choices=("per-client", "shared"), default="per-client",
+                        help="MCP stdio with several clients: a process each (default) or one shared session")
+    parser.add_argument("--quick", action="store_true", help="1k only, fewer queries: for development")
+    parser.add_argument("--seed", type=int, default=4321, help="seed of the store and questions (4321: load.py's "
+                        "cached sentence vectors)")
+    parser.add_argument("--sentences", type=int, default=3000)
+    parser.add_argument("--namespaces", type=int, default=1, help="the store's namespaces; default 1")
+    parser.add_argument("--json", type=Path, default=None, help="also write the JSON here (bench/suite.py)")
+    args = parser.parse_args(argv)
+    args.sizes = args.sizes or ([1000] if args.quick else [1000, 10000, 100000])
+    args.queries = args.queries or (40 if args.quick else 200)
+    args.cached = (20 if args.quick else 50) if args.cached is None else args.cached
+    args.clients = [int(c) for c in args.clients.split(",")]
+    args.modes = [m for m in args.modes.split(",") if m]
+    args.transports = [IN_PROCESS] + [t for t in args.transports.split(",") if t and t != IN_PROCESS]
+    unknown = set(args.modes) - set(MODES) | set(args.transports) - set(TRANSPORTS)
+    if unknown or args.queries < 2 or min(args.clients) < 1 or not 1 <= args.rounds <= args.queries:
+        parser.error(f"unknown modes/transports {sorted(unknown)}, or --queries < 2, a client count < 1, "
+                     "or --rounds not in 1..queries")
+    return args
+
+
+# --------------------------------------------------------------------------- questions
+
+
+class Questions:
+    """Distinct questions, shuffled (the generator exhausts small templates first, so unshuffled
+    later slices would hold other templates), handed out in disjoint slices."""
+
+    def __init__(self, count: int, seed: int) -> None:
+        self._items = lat.make_questions(count, random.Random(seed))
+        random.Random(seed + 1).shuffle(self._items)
+        self._next = 0
+
+    def take(self, count: int) -> list[str]:
+        taken = self._items[self._next:self._next + count]
+        if len(taken) < count:
+            raise RuntimeError("the question list ran out")  # needed() counts too few
+        self._next += count
+        return taken
+
+
+def needed(args: argparse.Namespace) -> int:
+    """Questions a size takes: the warm-up's, the fresh cells' and the cached variant's."""
+    cells = len(args.transports) * len(args.modes) * len(args.clients)
+    return args.warmup + cells * args.queries + args.cached
+
+
+# --------------------------------------------------------------------------- one cell
+
+
+@dataclass
+class Timing:
+    """One cell's requests, possibly gathered over several rounds."""
+
+    latencies: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    wall_s: float = 0.0
+    load_before: str = ""
+    load_after: str = ""
+
+    def timed(self, started: float, load_before: str) -> Timing:
+        self.wall_s += time.perf_counter() - started
+        self.load_before = self.load_before or load_before
+        self.load_after = load_average()
+        return self
+
+    def record(self) -> dict[str, Any]:
+        record = percentiles(self.latencies) if self.latencies else {"n": 0}
+        return {**record, "per_s": len(self.latencies) / self.wall_s if self.wall_s else 0.0, "errors": dict(self.errors),
+                "load_before": self.load_before, "load_after": self.load_after}
+
+
+def chunks(questions: Sequence[str], clients: int) -> list[list[str]]:
+    return [list(questions[i::clients]) for i in range(clients)]
+
+
+async def async_cell(senders: Sequence[Send], questions: Sequence[str], into: Timing | None = None) -> Timing:
+    """Each sender (one client: its own connection or session) sends its share back to back."""
+    timing = into or Timing()
+    latencies, errors = timing.latencies, timing.errors
+
+    async def client(send: Send, mine: list[str]) -> None:
+        for question in mine:
+            started = time.perf_counter()
+            try:
+                await send(question)
+            except (CallFailed, httpx.HTTPError, OSError, RuntimeError) as exc:
+                errors[getattr(exc, "code", type(exc).__name__)] += 1
+                continue
+            latencies.append((time.perf_counter() - started) * 1e3)
+
+    load_before, started = load_average(), time.perf_counter()
+    await asyncio.gather(*(client(s, c) for s, c in zip(senders, chunks(questions, len(senders)), strict=True)))
+    return timing.timed(started, load_before)
+
+
+def thread_cell(call: Callable[[str], Any], questions: Sequence[str], clients: int, into: Timing | None = None) -> Timing:
+    """The in-process baseline: ``clients`` threads of this process, each calling back to back."""
+    from django.db import connection
+
+    timing = into or Timing()
+    latencies, errors = timing.latencies, timing.errors
+    barrier = threading.Barrier(clients)
+
+    def client(mine: list[str]) -> None:
+        barrier.wait()
+        try:
+            for question in mine:
+                started = time.perf_counter()
+                try:
+                    call(question)
+                except Exception as exc:  # noqa: BLE001 - counted like a failed request
+                    errors[type(exc).__name__] += 1
+                    continue
+                latencies.append((time.perf_counter() - started) * 1e3)
+        finally:
+            connection.close()  # this thread's database connection
+
+    load_before, started = load_average(), time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(client, chunks(questions, clients)))
+    return timing.timed(started, load_before)
+
+
+# --------------------------------------------------------------------------- the transports
+
+
+def search_body(question: str, namespace: str, mode: str) -> dict[str, Any]:
+    return {"query": question, "namespace": namespace, "mode": mode, "limit": LIMIT}
+
+
+def in_process_call(namespace: str, mode: str) -> Callable[[str], Any]:
+    from bhgbrain_site.registry import CallContext, call_tool
+
+    context = CallContext(actor="bench")
+    return lambda question: call_tool("search", search_body(question, namespace, mode), context)
+
+
+async def rest_search(client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+    response = await client.post("/api/search/", json=body)
+    if response.status_code != 200:
+        raise CallFailed(f"{response.status_code} {response.json().get('error', {}).get('code', '?')}")
+    return response.json()
+
+
+async def health(client: httpx.AsyncClient) -> None:
+    response = await client.get("/health")
+    if response.status_code != 200:
+        raise CallFailed(f"{response.status_code} health")
+
+
+class Clients:
+    """Per transport, one sender factory per client: ``calls[transport][i](mode) -> Send``."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, list[Callable[[str], Send]]] = {}
+        self.http: list[httpx.AsyncClient] = []
+        self.stdio_startup_s: list[float] = []
+
+    def senders(self, transport: str, mode: str, clients: int) -> list[Send]:
+        return [make(mode) for make in self.calls[transport][:clients]]
+
+
+def tool_sender(call: Callable, namespace: str) -> Callable[[str], Send]:
+    return lambda mode: lambda question: call("search", search_body(question, namespace, mode))
+
+
+def rest_sender(client: httpx.AsyncClient, namespace: str) -> Callable[[str], Send]:
+    return lambda mode: lambda question: rest_search(client, search_body(question, namespace, mode))
+
+
+async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, url: str, config: Path, namespace: str,
+                       errlog: Any) -> Clients:
+    out = Clients()
+    count = max(args.clients)
+    for _ in range(count):
+        client = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=300,
+                                                                   limits=httpx.Limits(max_connections=1)))
+        out.http.append(client)
+    calls = [(await http_transport(c))[0] for c in out.http]
+    out.calls[TOOL] = [tool_sender(call, namespace) for call in calls]
+    out.calls[REST] = [rest_sender(c, namespace) for c in out.http]
+    if MCP_HTTP in args.transports:
+        out.calls[MCP_HTTP] = [tool_sender((await mcp_transport(stack, url))[0], namespace) for _ in range(count)]
+    if MCP_STDIO in args.transports:
+        from mcp.client.stdio import stdio_client
+
+        stdio = []
+        for _ in range(count if args.stdio_sessions == "per-client" else 1):
+            started = time.perf_counter()
+            streams = await stack.enter_async_context(stdio_client(stdio_parameters(config), errlog=errlog))
+            call, _ = await mcp_session_calls(stack, streams)
+            out.stdio_startup_s.append(time.perf_counter() - started)
+            stdio.append(tool_sender(call, namespace))
+        out.calls[MCP_STDIO] = stdio * (count // len(stdio))
+    return out
+
+
+async def warm(clients: Clients, transports: Sequence[str], modes: Sequence[str], questions: list[str]) -> dict[str, float]:
+    """Every client of every transport answers a few searches in every mode (the first call of a
+    stdio process waits for its model and indexes): seconds per transport."""
+    spent: dict[str, float] = {}
+    for transport in transports:
+        started = time.perf_counter()
+        for make in clients.calls[transport]:
+            for mode in modes:
+                send = make(mode)
+                for question in questions:
+                    await send(question)
+        spent[transport] = time.perf_counter() - started
+    return spent
+
+
+# --------------------------------------------------------------------------- one store size
+
+
+def log(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def short(cell: dict[str, Any]) -> str:
+    if not cell.get("n"):
+        return f"no successful request; errors {cell['errors']}"
+    errors = f", errors {cell['errors']}" if cell["errors"] else ""
+    return (f"n={cell['n']} p50 {cell['p50']:.2f} p95 {cell['p95']:.2f} p99 {cell['p99']:.2f} ms, "
+            f"{cell['per_s']:.0f}/s{errors}; load {cell['load_before']} -> {cell['load_after']}")
+
+
+async def measure(args: argparse.Namespace, size: int, url: str, server_pid: int, config: Path, namespace: str,
+                  questions: Questions, errlog: Any) -> dict[str, Any]:
+    cells: list[dict[str, Any]] = []
+    remote = [t for t in args.transports if t != IN_PROCESS]
+    warm_questions = questions.take(args.warmup)
+    async with AsyncExitStack() as stack:
+        log(f"[{size}] opening {max(args.clients)} client(s) per transport")
+        clients = await open_clients(stack, args, url, config, namespace, errlog)
+        for mode in args.modes:  # in-process warm-up: this process's indexes and model
+            await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), warm_questions, 1)
+        warm_s = await warm(clients, remote, args.modes, warm_questions)
+        log(f"[{size}] warmed: " + ", ".join(f"{t} {s:.1f} s" for t, s in warm_s.items()))
+
+        async def group(variant: str, mode: str, count: int, asked: dict[str, list[str]]) -> None:
+            """Every transport's cell of one variant, mode and client count, in ``args.rounds`` rounds: each
+            round sends a share of every transport's questions, in an order rotated from round to round, so
+            a change in the machine's load reaches every transport alike."""
+            timings = {transport: Timing() for transport in args.transports}
+            for r in range(args.rounds):
+                turn = r % len(args.transports)
+                for transport in [*args.transports[turn:], *args.transports[:turn]]:
+                    share = asked[transport][r::args.rounds]
+                    if transport == IN_PROCESS:
+                        await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), share, count,
+                                                timings[transport])
+                    else:
+                        await async_cell(clients.senders(transport, mode, count), share, timings[transport])
+            for transport, timing in timings.items():
+                cell = timing.record()
+                cells.append({"variant": variant, "transport": transport, "mode": mode, "clients": count, **cell})
+                log(f"[{size}] {variant:<6} {mode:<8} {count} client(s) {transport:<10} {short(cell)}")
+
+        for mode in args.modes:
+            for count in args.clients:
+                await group("fresh", mode, count, {t: questions.take(args.queries) for t in args.transports})
+        if args.cached:
+            repeated = questions.take(args.cached)
+            timed = (repeated * (args.queries // len(repeated) + 1))[:args.queries]
+            for mode in args.modes:
+                for count in args.clients:
+                    for transport in args.transports:  # untimed: fills every process's query cache
+                        if transport == IN_PROCESS:
+                            await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), repeated, 1)
+                        else:  # every client: each stdio session is its own process with its own cache
+                            for send in clients.senders(transport, mode, count):
+                                await async_cell([send], repeated)
+                    await group("cached", mode, count, {t: timed for t in args.transports})
+        health_cells = []
+        for count in args.clients:
+            senders = [lambda _q, c=c: health(c) for c in clients.http[:count]]
+            cell = (await async_cell(senders, ["health"] * args.queries)).record()
+            health_cells.append({"transport": HEALTH, "clients": count, **cell})
+            log(f"[{size}] /health {count} client(s) {short(cell)}")
+        rss = {"server": rss_mib(server_pid),
+               "a_stdio_process": server_rss_mib(config) if MCP_STDIO in args.transports else None}
+    return {"cells": cells, "health": health_cells, "warm_s": warm_s, "stdio_startup_s": clients.stdio_startup_s,
+            "rss_mib": rss}
+
+
+def overheads(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every transport's p50 and p95 minus the in-process call's, in the same variant, mode and client count."""
+    base = {(c["variant"], c["mode"], c["clients"]): c for c in cells if c["transport"] == IN_PROCESS}
+    out = []
+    for cell in cells:
+        ref = base.get((cell["variant"], cell["mode"], cell["clients"]))
+        if cell["transport"] == IN_PROCESS or not ref or not cell.get("n") or not ref.get("n"):
+            continue
+        out.append({key: cell[key] for key in ("variant", "transport", "mode", "clients")}
+                   | {"p50": cell["p50"] - ref["p50"], "p95": cell["p95"] - ref["p95"]})
+    return out
+
+
+def verdicts(size: int, cells: list[dict[str, Any]], extra: list[dict[str, Any]], health_cells: list[dict[str, Any]],
+             clients: list[int]) -> list[dict[str, Any]]:
+    """One row per target, transport, variant and mode: the measured value, the limit, met or not."""
+    rows: list[dict[str, Any]] = []
+    single, many = min(clients), max(clients)
+    over = {(o["variant"], o["transport"], o["mode"], o["clients"]): o for o in extra}
+
+    def add(target: str, transport: str, variant: str, mode: str, value: str, met: bool, note: str = "") -> None:
+        rows.append({"target": target, "transport": transport, "variant": variant, "mode": mode, "value": value,
+                     "verdict": "met" if met else "not met", "note": note})
+
+    for (variant, transport, mode, count), o in over.items():
+        if count != single:
+            continue
+        if transport in (TOOL, REST, MCP_HTTP):
+            add(f"overhead <= {OVERHEAD_P50_MS:g} ms p50 and <= {OVERHEAD_P95_MS:g} ms p95", transport, variant, mode,
+                f"{o['p50']:+.2f} / {o['p95']:+.2f}", o["p50"] <= OVERHEAD_P50_MS and o["p95"] <= OVERHEAD_P95_MS)
+        if transport == MCP_STDIO:
+            add(f"stdio overhead <= {STDIO_OVERHEAD_P50_MS:g} ms p50", transport, variant, mode, f"{o['p50']:+.2f}",
+                o["p50"] <= STDIO_OVERHEAD_P50_MS)
+        if many != single and (variant, transport, mode, many) in over:
+            o8 = over[(variant, transport, mode, many)]
+            add(f"overhead at {many} clients <= {CONCURRENT_FACTOR:g} x at {single} (p50)", transport, variant, mode,
+                f"{o8['p50']:+.2f} vs {o['p50']:+.2f}", o8["p50"] <= CONCURRENT_FACTOR * max(o["p50"], 0.0),
+                "the 1-client overhead is under 0.5 ms: the ratio is mostly noise" if abs(o["p50"]) < 0.5 else "")
+    if size == 1000:
+        for cell in cells:
+            if cell["mode"] == "hybrid" and cell["clients"] == single and cell.get("n"):
+                ratio = cell["p95"] / cell["p50"]
+                add(f"hybrid p95 <= {HYBRID_TAIL_RATIO:g} x p50 at 1k", cell["transport"], cell["variant"], "hybrid",
+                    f"{ratio:.2f} ({cell['p95']:.1f} / {cell['p50']:.1f})", ratio <= HYBRID_TAIL_RATIO)
+    for cell in health_cells:
+        if cell["clients"] == single and cell.get("n"):
+            add(f"/health <= {HEALTH_P50_MS:g} ms p50", HEALTH, "-", "-", f"{cell['p50']:.2f}", cell["p50"] <= HEALTH_P50_MS)
+    return rows
+
+
+def run_size(args: argparse.Namespace, home: Path, size: int, first: bool) -> dict[str, Any]:
+    from django.db import connections
+
+    from memories.embeddings import get_embedder, set_embedder
+    from search.text_index import reset_text_index
+
+    if not first:
+        lat.wipe_store()
+    reset_text_index()
+    set_embedder(get_embedder())  # empties this process's query cache (the last size's questions)
+    size_args = argparse.Namespace(**{**vars(args), "size": size})
+    started = time.perf_counter()
+    _, _, namespaces = preload_store(home, size_args)
+    load_s = time.perf_counter() - started
+    connections.close_all()
+    log(f"[{size}] {size} memories loaded in {load_s:.0f} s; drawing {needed(args)} distinct questions")
+    questions = Questions(needed(args), args.seed * 1000 + size)
+    env = {k: v for k, v in os.environ.items() if k not in ("BHGBRAIN_WORKERS", "PROMETHEUS_MULTIPROC_DIR")}
+    load_before = load_average()
+    proc, url = start_server(home, 1, env)  # scheduler off (start_server's default)
+    try:
+        with open(home / f"stdio-{size}.log", "w") as errlog:
+            measured = asyncio.run(measure(args, size, url, proc.pid, home / "config.json", namespaces[0], questions,
+                                           errlog))
+    finally:
+        stop_server(proc)
+    extra = overheads(measured["cells"])
+    return {"size": size, "namespace": namespaces[0], "bulk_load_s": load_s, "load_before": load_before,
+            "load_after": load_average(), **measured, "overheads": extra,
+            "targets": verdicts(size, measured["cells"], extra, measured["health"], args.clients)}
+
+
+# --------------------------------------------------------------------------- report
+
+
+def fmt(value: float | None, plus: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.1f}" if plus else f"{value:.1f}"
+
+
+def table(result: dict[str, Any], variant: str, clients: int, modes: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """Rows: transports; per mode: p50/p95/p99, overhead p50/p95 over in-process, requests/s."""
+    header = ["transport"]
+    for mode in modes:
+        header += [f"{mode} p50/p95/p99 ms", "overhead p50/p95", "req/s"]
+    cells = {(c["transport"], c["mode"]): c for c in result["cells"] if c["variant"] == variant and c["clients"] == clients}
+    over = {(o["transport"], o["mode"]): o for o in result["overheads"]
+            if o["variant"] == variant and o["clients"] == clients}
+    rows = []
+    for transport in dict.fromkeys(t for t, _ in cells):
+        row = [transport]
+        for mode in modes:
+            cell, o = cells.get((transport, mode)), over.get((transport, mode))
+            if not cell or not cell.get("n"):
+                row += ["failed", "", ""]
+                continue
+            errors = f" ({sum(cell['errors'].values())} errors)" if cell["errors"] else ""
+            row += [f"{fmt(cell['p50'])}/{fmt(cell['p95'])}/{fmt(cell['p99'])}{errors}",
+                    f"{fmt(o['p50'], True)}/{fmt(o['p95'], True)}" if o else "(baseline)", f"{cell['per_s']:.0f}"]
+        rows.append(row)
+    return header, rows
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  " + "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True)))]
+    lines += ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+              for r in rows]
+    return "\n".join(lines)
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+VARIANT_TITLES = {"fresh": "fresh questions (every cell its own: semantic and hybrid embed every query)",
+                  "cached": "cached questions (the same few repeated: the query embedding is a cache hit; "
+                            "the transport's own cost)"}
+
+
+def health_line(cell: dict[str, Any]) -> str:
+    return (f"/health, {cell['clients']} client(s): p50 {cell['p50']:.2f} / p95 {cell['p95']:.2f} / "
+            f"p99 {cell['p99']:.2f} ms, {cell['per_s']:.0f} req/s" if cell.get("n") else f"/health failed: {cell['errors']}")
+
+
+def target_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["target", "transport", "variant", "mode", "measured (ms or ratio)", "verdict", "note"]
+    return header, [[r["target"], r["transport"], r["variant"], r["mode"], r["value"], r["verdict"].upper()
+                     if r["verdict"] != "met" else "met", r["note"]] for r in result["targets"]]
+
+
+def report(data: dict[str, Any], markdown: bool) -> str:
+    render = md_table if markdown else text_table
+    out = [f"{'# ' if markdown else ''}Search latency through the transports", "",
+           f"- commit: {data['revision']}", f"- machine: {data['machine']}", f"- started {data['started']} (UTC); "
+           f"load average {data['load_before']} at start, {data['load_after']} at end",
+           f"- {data['run']['queries']} timed requests per cell, {data['run']['cached']} cached questions, "
+           f"clients {data['run']['clients']}, MCP stdio sessions: {data['run']['stdio_sessions']}; one server worker, "
+           "scheduler off, no rate limit; overhead = the transport's percentile minus the in-process call's"]
+    for result in data["sizes"]:
+        out += ["", f"{'## ' if markdown else ''}{result['size']} memories (load average {result['load_before']} before, "
+                f"{result['load_after']} after; bulk load {result['bulk_load_s']:.0f} s)"]
+        if result["stdio_startup_s"]:
+            out.append(f"MCP stdio start-up to initialize answered: "
+                       f"{', '.join(f'{s:.2f}' for s in result['stdio_startup_s'])} s; warm-up "
+                       + ", ".join(f"{t} {s:.1f} s" for t, s in result["warm_s"].items()))
+        for variant in VARIANTS:
+            for clients in data["run"]["clients"]:
+                header, rows = table(result, variant, clients, data["run"]["modes"])
+                if rows:
+                    out += ["", f"{'### ' if markdown else ''}{clients} client(s), {VARIANT_TITLES[variant]}", "",
+                            render(header, rows)]
+        out += [""] + [health_line(c) for c in result["health"]]
+        header, rows = target_rows(result)
+        out += ["", f"{'### ' if markdown else ''}Targets (one client unless said)", "", render(header, rows)]
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- main
+
+
+def run(args: argparse.Namespace, home: Path) -> dict[str, Any]:
+    lat.setup_django(home, None)
+    for name in ("httpx", "httpx2", "mcp"):
+        logging.getLogger(name).setLevel(logging.WARNING)  # not a line per request
+    started, load_before = datetime.now(UTC), load_average()
+    machine, revision = lat.machine_info(), lat.product_revision()
+    log(f"machine: {machine}\ncommit: {revision}\nload average at start: {load_before}")
+    sizes = [run_size(args, home, size, i == 0) for i, size in enumerate(args.sizes)]
+    return {"started": started.isoformat(timespec="seconds"), "machine": machine, "revision": revision,
+            "load_before": load_before, "load_after": load_average(),
+            "run": {"sizes": args.sizes, "clients": args.clients, "modes": args.modes, "transports": args.transports,
+                    "queries": args.queries, "cached": args.cached, "warmup": args.warmup, "seed": args.seed,
+                    "stdio_sessions": args.stdio_sessions, "rounds": args.rounds, "namespaces": args.namespaces, "limit": LIMIT},
+            "sizes": sizes}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    home = Path(tempfile.mkdtemp(prefix="bhgbrain-transport-"))
+    try:
+        data = run(args, home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    print(report(data, markdown=False))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    for suffix, text in (("json", json.dumps(data, indent=2) + "\n"), ("md", report(data, markdown=True))):
+        (RESULTS / f"transport-{stamp}.{suffix}").write_text(text)
+        shutil.copyfile(RESULTS / f"transport-{stamp}.{suffix}", RESULTS / f"transport-latest.{suffix}")
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"written: {RESULTS / f'transport-{stamp}.json'} and .md (and transport-latest.*)")
+    errors = sum(sum(c["errors"].values()) for s in data["sizes"] for c in [*s["cells"], *s["health"]])
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
