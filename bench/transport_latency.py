@@ -549,6 +549,9 @@ def report(data: dict[str, Any], markdown: bool) -> str:
             out.append(f"MCP stdio start-up to initialize answered: "
                        f"{', '.join(f'{s:.2f}' for s in result['stdio_startup_s'])} s; warm-up "
                        + ", ".join(f"{t} {s:.1f} s" for t, s in result["warm_s"].items()))
+        rss = result["rss_mib"]
+        out.append(f"RSS at the end: the server {rss['server']:.0f} MiB"
+                   + (f", one MCP stdio process {rss['a_stdio_process']:.0f} MiB" if rss.get("a_stdio_process") else ""))
         for variant in VARIANTS:
             for clients in data["run"]["clients"]:
                 header, rows = table(result, variant, clients, data["run"]["modes"])
