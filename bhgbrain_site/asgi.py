@@ -10,11 +10,12 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bhgbrain_site.settings")
 django_app = get_asgi_application()
 
-from asgiref.sync import sync_to_async  # noqa: E402
 from django.conf import settings  # noqa: E402 - needs the app registry
 
+from bhgbrain_site import fast_http  # noqa: E402
 from bhgbrain_site.errors import AuthRequired  # noqa: E402
-from bhgbrain_site.security import authenticate, http_guard, is_loopback, respond_error  # noqa: E402
+from bhgbrain_site.http import health_snapshots  # noqa: E402
+from bhgbrain_site.security import authenticate_async, http_guard, is_loopback, respond_error  # noqa: E402
 from mcp_bridge.server import PRINCIPAL_SCOPE_KEY, build_server  # noqa: E402
 
 Scope = dict[str, Any]
@@ -32,6 +33,7 @@ def _mcp_app() -> Any:
     return build_server("http").streamable_http_app(
         stateless_http=settings.BHGBRAIN_WORKERS > 1,
         streamable_http_path="/mcp",
+        json_response=True,
         host=host,
         transport_security=security,
         max_request_body_size=settings.BHGBRAIN.security.max_request_size_bytes,
@@ -45,7 +47,7 @@ async def _authenticate(scope: Scope) -> bool:
     """Find the caller's principal and leave it in the scope for the MCP server; False if none."""
     header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
     peer = (scope.get("client") or ("unknown", 0))[0]
-    principal = await sync_to_async(authenticate, thread_sensitive=False)(header, peer=peer, path=scope.get("path", ""))
+    principal = await authenticate_async(header, peer=peer, path=scope.get("path", ""))
     if principal is None:
         return False
     scope[PRINCIPAL_SCOPE_KEY] = principal
@@ -63,7 +65,10 @@ async def _route(scope: Scope, receive: Receive, send: Send) -> None:
             return
         await mcp_app(scope, receive, send)
         return
+    if scope["type"] == "http" and await fast_http.handle(scope, receive, send):
+        return
     await django_app(scope, receive, send)
 
 
+health_snapshots.start_background()  # the server: /health answers from a snapshot in memory
 application = http_guard(_route)

@@ -218,8 +218,17 @@ def _serve_stdio(config: str | None) -> int:
 
     from mcp_bridge.server import serve_stdio
 
-    anyio.run(serve_stdio, start_django)
+    anyio.run(serve_stdio, start_django, backend_options=_event_loop_options())
     return 0
+
+
+def _event_loop_options() -> dict[str, bool]:
+    """uvloop when installed (it is, but on Windows), as uvicorn uses for HTTP."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
 
 
 def cmd_server_start(args: argparse.Namespace) -> int:

@@ -1,19 +1,26 @@
-"""Thin HTTP endpoints: GET /health, POST /tool/<name>, GET /resource, GET /metrics."""
+"""Thin HTTP endpoints: GET /health, POST /tool/<name>, GET /resource, GET /metrics.
+
+The server answers /health, /tool and /resource on the ASGI level (bhgbrain_site.fast_http)
+with the functions here that do the work (``tool_call_body``, ``resource_body``, the health
+snapshot); these Django views wrap the same functions for Django's own handlers (the test
+client, WSGI)."""
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import json
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from bhgbrain_site import registry
 from bhgbrain_site.contracts import ERROR_ECHO_MAX
-from bhgbrain_site.errors import DomainError, NotFound, PayloadTooLarge, error_for_status, to_envelope
+from bhgbrain_site.errors import NotFound, PayloadTooLarge, error_for_status, to_envelope
+from bhgbrain_site.health import HealthSnapshots
 from bhgbrain_site.inputs import parse_json_body
 from bhgbrain_site.metrics import metrics
 from bhgbrain_site.registry import CallContext
@@ -21,24 +28,42 @@ from bhgbrain_site.security import rate_limiter
 from memories.selectors import memory_count
 from retention.selectors import store_health
 
-# Two thread pools instead of the event loop's default one (min(32, CPUs + 4) threads, shared by
-# everything): calls that write (remember embeds a passage, takes the write lock) queue in their
-# own pool, so a burst of writes never holds every thread while a search waits for one.
-READ_POOL = ThreadPoolExecutor(12, thread_name_prefix="bhgbrain-read")
-WRITE_POOL = ThreadPoolExecutor(12, thread_name_prefix="bhgbrain-write")
-
-
-def pool_for(name: str) -> ThreadPoolExecutor:
-    """The read pool for an operation that never writes, the write pool otherwise (and for unknown names)."""
-    try:
-        return READ_POOL if registry.get_operation(name).read_only else WRITE_POOL
-    except DomainError:
-        return WRITE_POOL
-
 
 def error_response(exc: BaseException) -> JsonResponse:
     status, body = to_envelope(exc)
     return JsonResponse(body, status=status)
+
+
+def encode(body: Any) -> bytes:
+    """A response body as JsonResponse writes it (Django's encoder, UTF-8 left readable)."""
+    return json.dumps(body, cls=DjangoJSONEncoder, ensure_ascii=False).encode()
+
+
+def encoded_error(exc: BaseException) -> tuple[int, bytes]:
+    status, body = to_envelope(exc)
+    return status, encode(body)
+
+
+def tool_call_body(name: str, raw: bytes, ctx: CallContext) -> tuple[int, bytes]:
+    """POST /tool/<name> with this raw body: (status, JSON bytes), the envelope on any failure.
+    Runs in a registry pool thread (it parses, calls and encodes off the event loop)."""
+    try:
+        arguments = parse_json_body(raw) if raw else {}
+        return 200, encode(registry.call_tool(name, arguments, ctx))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope (bugs → INTERNAL)
+        return encoded_error(exc)
+
+
+def resource_body(uri: str, ctx: CallContext) -> tuple[int, bytes]:
+    """GET /resource?uri=…: (status, JSON bytes), the envelope on any failure."""
+    try:
+        return 200, encode(registry.read_resource(uri, ctx))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope
+        return encoded_error(exc)
+
+
+def health_status(snapshot: dict[str, Any]) -> int:
+    return 503 if snapshot["status"] == "unhealthy" else 200
 
 
 def _store_health() -> dict[str, Any]:
@@ -46,18 +71,16 @@ def _store_health() -> dict[str, Any]:
     return store_health()
 
 
+health_snapshots = HealthSnapshots(_store_health, registry.writes_done)
+
+
 @require_GET
 async def health(request: HttpRequest) -> JsonResponse:
-    snapshot = await sync_to_async(_store_health, thread_sensitive=False)()
-    return JsonResponse(snapshot, status=503 if snapshot["status"] == "unhealthy" else 200)
-
-
-def _json_body(request: HttpRequest) -> Any:
-    try:
-        raw = request.body
-    except RequestDataTooBig:
-        raise PayloadTooLarge("Request body exceeds security.max_request_size_bytes") from None
-    return parse_json_body(raw) if raw else {}
+    """The snapshot in memory (refreshed every few seconds in the background), else one computed now."""
+    snapshot = health_snapshots.get()
+    if snapshot is None:
+        snapshot = await sync_to_async(health_snapshots.refresh, thread_sensitive=False)()
+    return JsonResponse(snapshot, status=health_status(snapshot))
 
 
 def _context(request: HttpRequest) -> CallContext:
@@ -66,28 +89,28 @@ def _context(request: HttpRequest) -> CallContext:
     return CallContext(actor=actor, principal=principal) if principal else CallContext(actor=actor)
 
 
+def _json(status_and_body: tuple[int, bytes]) -> HttpResponse:
+    status, body = status_and_body
+    return HttpResponse(body, status=status, content_type="application/json")
+
+
 @csrf_exempt
-async def tool_call(request: HttpRequest, name: str) -> JsonResponse:
+async def tool_call(request: HttpRequest, name: str) -> HttpResponse:
     if request.method != "POST":
         return error_response(error_for_status(405, "Use POST for tool calls"))
     try:
-        arguments = _json_body(request)
-        call = sync_to_async(registry.call_tool, thread_sensitive=False, executor=pool_for(name))
-        result = await call(name, arguments, _context(request))
-    except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope (bugs → INTERNAL)
-        return error_response(exc)
-    return JsonResponse(result, json_dumps_params={"ensure_ascii": False})
+        raw = request.body
+    except RequestDataTooBig:
+        return error_response(PayloadTooLarge("Request body exceeds security.max_request_size_bytes"))
+    run = sync_to_async(tool_call_body, thread_sensitive=False, executor=registry.executor_for(name))
+    return _json(await run(name, raw, _context(request)))
 
 
 @require_GET
-async def resource(request: HttpRequest) -> JsonResponse:
+async def resource(request: HttpRequest) -> HttpResponse:
     """GET /resource?uri=memory://list%3Flimit%3D5 — the MCP resources over plain HTTP."""
-    try:
-        uri = request.GET.get("uri", "")
-        body = await sync_to_async(registry.read_resource, thread_sensitive=False, executor=READ_POOL)(uri, _context(request))
-    except Exception as exc:  # noqa: BLE001 - every failure becomes the envelope
-        return error_response(exc)
-    return JsonResponse(body, json_dumps_params={"ensure_ascii": False})
+    run = sync_to_async(resource_body, thread_sensitive=False, executor=registry.READ_POOL)
+    return _json(await run(request.GET.get("uri", ""), _context(request)))
 
 
 def render_metrics() -> str:

@@ -19,6 +19,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -167,6 +168,23 @@ def get_operation(name: str) -> Operation:
     return found
 
 
+# Operations run in two thread pools, shared by every transport of the process (HTTP and MCP),
+# instead of the event loop's default one: calls that write (remember embeds a passage, takes
+# the write lock) queue in their own pool, so a burst of writes never holds every thread while
+# a search waits for one. Each thread keeps its database connection between calls (no
+# connection set-up per call); :func:`call` drops one that broke.
+READ_POOL = ThreadPoolExecutor(12, thread_name_prefix="bhgbrain-read")
+WRITE_POOL = ThreadPoolExecutor(12, thread_name_prefix="bhgbrain-write")
+
+
+def executor_for(name: str) -> ThreadPoolExecutor:
+    """The read pool for an operation that never writes, the write pool otherwise (and for unknown names)."""
+    try:
+        return READ_POOL if get_operation(name).read_only else WRITE_POOL
+    except DomainError:
+        return WRITE_POOL
+
+
 def input_model(name: str) -> type[BaseModel]:
     """The input model of an operation (the REST schema documents request bodies with it)."""
     return get_operation(name).input_model
@@ -231,6 +249,15 @@ def drop_broken_connections() -> None:
             conn.close()
 
 
+_writes_done = 0  # calls of writing operations this process finished (ok or not)
+
+
+def writes_done() -> int:
+    """A counter that moves whenever a writing operation of this process finishes: a snapshot of
+    the store (GET /health) taken before it may be out of date."""
+    return _writes_done
+
+
 def call(name: str, arguments: Any, ctx: CallContext, *, coerce: bool = False) -> dict[str, Any]:
     """Validate and run one operation; raises DomainError subclasses on failure.
     ``coerce``: the arguments come from a query string (text to be read as numbers, booleans)."""
@@ -248,6 +275,9 @@ def call(name: str, arguments: Any, ctx: CallContext, *, coerce: bool = False) -
         raise
     finally:
         metrics.tool_call(op.name, outcome, time.perf_counter() - started)
+        if not op.read_only:
+            global _writes_done
+            _writes_done += 1
 
 
 def call_tool(name: str, arguments: Any, ctx: CallContext) -> dict[str, Any]:

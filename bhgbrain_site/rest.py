@@ -6,8 +6,13 @@ context, so validation and namespace scoping are the registry's, never the view'
 """
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, ClassVar
 
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse
 from rest_framework import exceptions, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -42,8 +47,50 @@ def call_context(request: Request) -> CallContext:
     return CallContext(actor=actor, principal=principal) if principal else CallContext(actor=actor)
 
 
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _plain(response: HttpResponse) -> HttpResponse:
+    """A rendered DRF response as a plain one: Django would otherwise render it again in a thread
+    of its own (one more hop per request, on a thread created for the request)."""
+    render = getattr(response, "render", None)
+    if render is None:
+        return response
+    render()
+    plain = HttpResponse(response.content, status=response.status_code)
+    for header, value in response.items():
+        plain[header] = value
+    return plain
+
+
 class OperationViewSet(viewsets.ViewSet):
-    """Each action gathers an operation's arguments and returns what the operation returns."""
+    """Each action gathers an operation's arguments and returns what the operation returns.
+
+    Under ASGI the (synchronous) DRF view runs in the registry's thread pools, like /tool and
+    MCP calls: the read pool for GET and for a viewset whose POSTs only read (``reads_only``),
+    the write pool otherwise. Left to Django, each request would run on a thread created for it,
+    with a database connection opened and closed for it. Under WSGI (and Django's test client)
+    the view runs in the caller's thread, as a plain DRF view does.
+    """
+
+    reads_only: ClassVar[bool] = False  # search and recall: POST, but nothing written
+
+    @classmethod
+    def as_view(cls, actions: dict[str, str] | None = None, **initkwargs: Any) -> Callable[..., Any]:
+        view = super().as_view(actions, **initkwargs)
+
+        def run(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            return _plain(view(request, *args, **kwargs))
+
+        @functools.wraps(view)
+        async def pooled(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not isinstance(request, ASGIRequest):  # WSGI, the test client: the caller's own thread
+                return await sync_to_async(run, thread_sensitive=True)(request, *args, **kwargs)
+            reads = request.method in SAFE_METHODS or cls.reads_only
+            executor = registry.READ_POOL if reads else registry.WRITE_POOL
+            return await sync_to_async(run, thread_sensitive=False, executor=executor)(request, *args, **kwargs)
+
+        return pooled
 
     def run(self, name: str, arguments: dict[str, Any], *, status: int = 200, coerce: bool = False) -> Response:
         result = registry.call(name, arguments, call_context(self.request), coerce=coerce)

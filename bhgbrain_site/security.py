@@ -11,14 +11,15 @@ from collections.abc import Callable, Sequence
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache import BaseCache, caches
+from django.core.cache.backends.locmem import LocMemCache
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
 from bhgbrain_site.config import BHGBrainConfig
 from bhgbrain_site.errors import AuthRequired, PayloadTooLarge, RateLimited, to_envelope
 from bhgbrain_site.metrics import metrics
-from bhgbrain_site.registry import Principal, drop_broken_connections
-from memories.tokens import principal_for
+from bhgbrain_site.registry import FULL_ACCESS, Principal, drop_broken_connections
+from memories.tokens import known_open, principal_for
 
 logger = logging.getLogger("bhgbrain.security")
 PUBLIC_PREFIXES = ("/health", "/admin", "/static")
@@ -82,10 +83,22 @@ def authenticate(authorization: str | None, *, peer: str, path: str) -> Principa
     return principal
 
 
-def _principal(request: HttpRequest) -> Principal | None:
+def _authenticate_in_thread(authorization: str | None, peer: str, path: str) -> Principal | None:
     drop_broken_connections()  # tokens live in the database; this thread's connection may have failed before
+    return authenticate(authorization, peer=peer, path=path)
+
+
+async def authenticate_async(authorization: str | None, *, peer: str, path: str) -> Principal | None:
+    """:func:`authenticate` from the event loop: inline when no token is configured (nothing to
+    look up), in a worker thread otherwise (tokens live in the database)."""
+    if known_open():
+        return FULL_ACCESS
+    return await sync_to_async(_authenticate_in_thread, thread_sensitive=False)(authorization, peer, path)
+
+
+def _principal(request: HttpRequest) -> Principal | None:
     peer = request.META.get("REMOTE_ADDR") or "unknown"
-    return authenticate(request.META.get("HTTP_AUTHORIZATION"), peer=peer, path=request.path)
+    return _authenticate_in_thread(request.META.get("HTTP_AUTHORIZATION"), peer, request.path)
 
 
 def _denied() -> JsonResponse:
@@ -99,12 +112,13 @@ def bearer_auth_middleware(get_response: Callable) -> Callable:
 
     /health and /admin/ (which has its own session login) stay open.
     """
-    from asgiref.sync import iscoroutinefunction, sync_to_async
+    from asgiref.sync import iscoroutinefunction
 
     async def async_middleware(request: HttpRequest) -> HttpResponse:
         if not request.path.startswith(PUBLIC_PREFIXES):
             try:
-                principal = await sync_to_async(_principal, thread_sensitive=False)(request)
+                peer = request.META.get("REMOTE_ADDR") or "unknown"
+                principal = await authenticate_async(request.META.get("HTTP_AUTHORIZATION"), peer=peer, path=request.path)
             except Exception as exc:  # noqa: BLE001 - the database down: the envelope, not Django's bare 500
                 status, body = to_envelope(exc)
                 return JsonResponse(body, status=status)
@@ -139,6 +153,10 @@ class RateLimiter:
     @staticmethod
     def _cache() -> BaseCache:
         return caches["ratelimit"]
+
+    def in_memory(self) -> bool:
+        """Counted in this process's memory (one worker, no Redis): no I/O, so callable on the event loop."""
+        return isinstance(self._cache(), LocMemCache)
 
     def hit(self, key: str, limit: int) -> tuple[bool, int]:
         """Record one request; (allowed, remaining)."""
@@ -231,7 +249,10 @@ def http_guard(app: Callable) -> Callable:
         if not scope.get("path", "").startswith(UNLIMITED_PREFIXES):
             peer = (scope.get("client") or ("unknown", 0))[0]
             try:
-                allowed, remaining = await hit(peer, security.rate_limit_rpm)
+                if rate_limiter.in_memory():
+                    allowed, remaining = rate_limiter.hit(peer, security.rate_limit_rpm)
+                else:
+                    allowed, remaining = await hit(peer, security.rate_limit_rpm)
             except Exception as exc:  # noqa: BLE001 - the counters' database or Redis down: the envelope, not a bare 500
                 await respond_error(send, exc, headers)
                 return

@@ -9,13 +9,14 @@ HTTP the ASGI shell authenticates the request and leaves the caller's principal 
 """
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import anyio
 from mcp import types
 from mcp.server.lowlevel import Server
 
@@ -78,23 +79,22 @@ def _run_tool(name: str, arguments: dict[str, Any], caller: CallContext) -> type
     return types.CallToolResult(content=[types.TextContent(type="text", text=_json(result))], structured_content=result)
 
 
-def _close_connection() -> None:
-    from django.db import connection
-
-    connection.close()
-
-
-def _in_thread(work: Callable[[], T]) -> Awaitable[T]:
-    """Run Django work in a worker thread, once Django is up, closing its connection after."""
+def _in_thread(work: Callable[[], T], operation: str | None = None) -> Awaitable[T]:
+    """Run Django work, once Django is up, in the registry's thread pools (the ones HTTP uses: each
+    thread keeps its database connection, so a call sets none up): the read pool, or the write
+    pool for an ``operation`` that writes."""
 
     def run() -> T:
         _wait_ready()
-        try:
-            return work()
-        finally:
-            _close_connection()
+        return work()
 
-    return anyio.to_thread.run_sync(run)
+    if operation is None:
+        executor = registry.READ_POOL
+    elif _ready.is_set():
+        executor = registry.executor_for(operation)
+    else:
+        executor = registry.WRITE_POOL  # which pool is unknown until the apps are loaded
+    return asyncio.get_running_loop().run_in_executor(executor, contextvars.copy_context().run, run)
 
 
 def _read(uri: str, caller: CallContext) -> types.ReadResourceResult:
@@ -118,7 +118,7 @@ class _Handlers:
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         caller = _caller(ctx, self.transport)
-        return await _in_thread(lambda: _run_tool(params.name, dict(params.arguments or {}), caller))
+        return await _in_thread(lambda: _run_tool(params.name, dict(params.arguments or {}), caller), params.name)
 
     async def list_resources(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         resources = await _in_thread(registry.resources)

@@ -47,6 +47,13 @@ def scoped_tokens_exist() -> bool:
     return value
 
 
+def known_open() -> bool:
+    """True when no token is configured and the cached check (at most 5 s old) found no scoped
+    token: the caller has full access, and finding that out needs no query (safe on an event loop)."""
+    checked, value = _any_tokens_cache
+    return not value and time.monotonic() - checked <= 5 and master_token() is None
+
+
 def auth_required() -> bool:
     return master_token() is not None or scoped_tokens_exist()
 

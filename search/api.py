@@ -11,6 +11,8 @@ from bhgbrain_site.rest import OperationViewSet
 
 
 class SearchViewSet(OperationViewSet):
+    reads_only = True
+
     @extend_schema(request=input_model("search"), responses=OpenApiTypes.OBJECT, operation_id="search_create")
     def create(self, request: Request) -> Response:
         """Hybrid (default), fulltext or semantic search."""
@@ -18,6 +20,8 @@ class SearchViewSet(OperationViewSet):
 
 
 class RecallViewSet(OperationViewSet):
+    reads_only = True
+
     @extend_schema(request=input_model("recall"), responses=OpenApiTypes.OBJECT, operation_id="recall_create")
     def create(self, request: Request) -> Response:
         """Semantic recall gated by min_score."""
