@@ -108,6 +108,60 @@ def memory_record_access(*, memory_id: str, count: int, at: datetime, sync: bool
     return AccessOutcome(str(memory.id), memory.access_count, memory.retention_tier, tier_before if promoted else None)
 
 
+FLUSH_CHUNK = 200  # memories written per transaction by a flush
+
+
+def _parsed(memory_id: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(memory_id))
+    except ValueError:
+        return None
+
+
+def access_chunks(batch: list[tuple[str, int, datetime]]) -> list[list[tuple[str, int, datetime]]]:
+    """A flush's accesses ((memory id, count, last access) each) in id order, FLUSH_CHUNK per
+    transaction; ids that are not UUIDs are dropped."""
+    valid = sorted((item for item in batch if _parsed(item[0]) is not None), key=lambda item: _parsed(item[0]))
+    return [valid[start:start + FLUSH_CHUNK] for start in range(0, len(valid), FLUSH_CHUNK)]
+
+
+def memories_record_access(chunk: list[tuple[str, int, datetime]]) -> list[AccessOutcome]:
+    """Apply one chunk of accesses in one transaction: one locking read, one UPDATE per set of
+    changed fields, the day counts once per namespace. Rows are locked in id order, so processes
+    flushing the same memories never deadlock."""
+    return _record_chunk({_parsed(memory_id): (count, at) for memory_id, count, at in chunk})
+
+
+def _record_chunk(wanted: dict[uuid.UUID | None, tuple[int, datetime]]) -> list[AccessOutcome]:
+    threshold = settings.BHGBRAIN.retention.auto_promote_access_threshold
+    outcomes: list[AccessOutcome] = []
+    groups: dict[frozenset[str], list[Memory]] = {}
+    audits: dict[uuid.UUID, changes.Audit] = {}
+    days: Counter[tuple[str, date]] = Counter()
+    latest = max(at for _, at in wanted.values())
+    with transaction.atomic():
+        rows = Memory.objects.select_for_update().filter(pk__in=list(wanted), archived=False).order_by("pk")
+        for memory in rows.defer("embedding"):
+            count, at = wanted[memory.id]
+            previous = {name: getattr(memory, name) for name in _ACCESS_FIELDS}
+            _apply_access(memory, count, at, threshold)
+            changed = frozenset(name for name in _ACCESS_FIELDS if getattr(memory, name) != previous[name])
+            tier_before = previous["retention_tier"]
+            promoted = memory.retention_tier != tier_before
+            if promoted:
+                audits[memory.id] = changes.Audit("PROMOTE", "system", {"from": tier_before, "to": memory.retention_tier,
+                                                                       "access_count": memory.access_count})
+            groups.setdefault(changed, []).append(memory)
+            days[(memory.namespace, at.date())] += count
+            outcomes.append(AccessOutcome(str(memory.id), memory.access_count, memory.retention_tier,
+                                          tier_before if promoted else None))
+        for changed, memories in groups.items():
+            changes.memories_saved(memories, changed, audits=audits, at=latest)
+        for (namespace, day), count in days.items():
+            _count_day(namespace, day, count)
+    return outcomes
+
+
 class AccessTracker:
     """Batches accesses per process; flushes on a timer thread and at exit."""
 
@@ -158,16 +212,16 @@ class AccessTracker:
         """Write every pending access now (also callable from tests and shutdown)."""
         with self._flush_lock:
             batch = self._take()
-            outcomes = []
-            for index, (memory_id, count, at) in enumerate(batch):
+            outcomes: list[AccessOutcome] = []
+            chunks = access_chunks(batch)
+            for index, chunk in enumerate(chunks):
                 try:
-                    outcome = memory_record_access(memory_id=memory_id, count=count, at=at, sync=False)
+                    outcomes += memories_record_access(chunk)
                 except DatabaseError:
-                    logger.exception("access flush failed; %d updates kept for the next flush", len(batch) - index)
-                    self._restore(batch[index:])
+                    left = [item for rest in chunks[index:] for item in rest]
+                    logger.exception("access flush failed; %d updates kept for the next flush", len(left))
+                    self._restore(left)
                     break
-                if outcome:
-                    outcomes.append(outcome)
             if outcomes:
                 changes.sync_indexes()  # expiry and tier changes reach an external index's payload (Qdrant)
             return outcomes

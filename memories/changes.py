@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -219,6 +219,23 @@ def memory_saved(memory: Memory, *, audit: Audit | None, at: datetime, insert: b
     if sync:
         _after_commit(written=[(memory, change_id)])
     return change_id
+
+
+def memories_saved(memories: Sequence[Memory], fields: Iterable[str], *, audits: Mapping[uuid.UUID, Audit],
+                   at: datetime) -> None:
+    """Update ``fields`` of many loaded memories at once (one UPDATE per 500), with memory_saved's
+    side effects: the indexers, an audit row for each memory in ``audits``, a feed row each when
+    an indexed field is among ``fields``. Not for fields a thread's neighbours are built from."""
+    changed = frozenset(fields)
+    if not memories or not changed:
+        return
+    if changed & THREAD_FIELDS:
+        raise ValueError(f"memories_saved cannot update {sorted(changed & THREAD_FIELDS)}: use memory_saved")
+    Memory.objects.bulk_update(memories, sorted(changed), batch_size=500)
+    _index_written(memories, changed)
+    _audit_rows([m for m in memories if m.id in audits], lambda m: audits[m.id], at)
+    if changed & INDEXED_FIELDS:
+        _feed([m.id for m in memories], VectorChange.Op.UPSERT)
 
 
 def memories_updated(memory_ids: Sequence[uuid.UUID], values: dict[str, Any], *,

@@ -339,18 +339,58 @@ def test_failed_flush_keeps_pending_accesses(hash_embedder, monkeypatch: pytest.
     b = remember("Lunch is served at noon").id
     local = AccessTracker()
     local.record([a, b])
-    real = retention_services.memory_record_access
+    real = retention_services.memories_record_access
 
-    def broken(*, memory_id: str, count: int, at: datetime, sync: bool = True):  # noqa: ANN202
+    def broken(chunk: list) -> list:
         raise DatabaseError("database is locked")
 
-    monkeypatch.setattr(retention_services, "memory_record_access", broken)
+    monkeypatch.setattr(retention_services, "memories_record_access", broken)
     assert local.flush() == []
     assert local.pending() == 2
-    monkeypatch.setattr(retention_services, "memory_record_access", real)
+    monkeypatch.setattr(retention_services, "memories_record_access", real)
     local.flush()
     assert local.pending() == 0
     assert (fresh(a).access_count, fresh(b).access_count) == (1, 1)
+
+
+def test_a_flush_failing_half_way_keeps_only_the_unwritten_chunks(hash_embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks written before the failure are not counted again; the rest stay pending."""
+    monkeypatch.setattr(retention_services, "FLUSH_CHUNK", 2)
+    ids = [remember(f"Distinct fact number {n} about the {word} service").id
+           for n, word in enumerate(["billing", "search", "mail", "auth", "pricing"])]
+    local = AccessTracker()
+    local.record(ids)
+    real, calls = retention_services.memories_record_access, {"n": 0}
+
+    def second_fails(chunk: list) -> list:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise DatabaseError("database is locked")
+        return real(chunk)
+
+    monkeypatch.setattr(retention_services, "memories_record_access", second_fails)
+    assert len(local.flush()) == 2
+    assert local.pending() == 3
+    monkeypatch.setattr(retention_services, "memories_record_access", real)
+    assert len(local.flush()) == 3
+    assert sorted(fresh(mid).access_count for mid in ids) == [1, 1, 1, 1, 1]
+
+
+def test_a_flush_writes_each_memory_once_in_bulk_with_its_promotion_and_feed(hash_embedder) -> None:
+    """Many memories in one flush: counts, sliding expiry, a PROMOTE audit where a threshold is
+    crossed, a feed row only where an indexed field (the expiry, the tier) moved."""
+    many = [remember(f"Fact {n}: the {n}th runbook step is documented").id for n in range(30)]
+    hot = many[0]
+    Memory.objects.filter(pk=hot).update(access_count=4)
+    local = AccessTracker()
+    local.record(many)
+    feed_before = VectorChange.objects.count()
+    outcomes = {o.memory_id: o for o in local.flush()}
+    assert set(outcomes) == set(many)
+    assert outcomes[hot].promoted_from == "T2" and fresh(hot).retention_tier == "T1"
+    assert AuditLog.objects.filter(memory_id=hot, operation="PROMOTE").count() == 1
+    assert all(fresh(mid).access_count == 1 for mid in many[1:])
+    assert VectorChange.objects.count() - feed_before == len(many)  # every expiry slid forward
 
 
 @pytest.mark.django_db(transaction=True)
