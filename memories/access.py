@@ -18,7 +18,7 @@ import threading
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -35,6 +35,10 @@ from memories.tiers import tier_metadata
 logger = logging.getLogger("bhgbrain.retention")
 
 FLUSH_INTERVAL = 2.0
+# The sliding window moves an expiry only when it gains at least this much: TTLs are days, and
+# an expiry that moved by seconds on every flush would send every returned memory through the
+# change feed (every process's indexes re-reading it) for nothing.
+EXPIRY_STEP = timedelta(hours=1)
 PROMOTION = {"T3": "T2", "T2": "T1"}  # never to T0: that takes explicit intent
 
 
@@ -54,13 +58,16 @@ def _promoted_tier(tier: str, before: int, after: int, threshold: int) -> str:
 
 
 def _sliding_expiry(memory: Memory, at: datetime) -> None:
-    """expires_at = max(current, at + TTL); T1 review_due reset; a new tier re-anchors at `at`."""
+    """expires_at = max(current, at + TTL), moved only by EXPIRY_STEP or more; T1 review_due
+    reset; a new tier re-anchors at `at`."""
     meta = tier_metadata(memory.retention_tier, anchor=at, ttl=settings.BHGBRAIN.retention.tier_ttl)
     memory.decay_eligible = meta.decay_eligible
     if meta.expires_at is None:
         memory.expires_at = None
-    elif settings.BHGBRAIN.retention.sliding_window_enabled or memory.expires_at is None:
-        memory.expires_at = max(memory.expires_at or meta.expires_at, meta.expires_at)
+    elif memory.expires_at is None:
+        memory.expires_at = meta.expires_at
+    elif settings.BHGBRAIN.retention.sliding_window_enabled and meta.expires_at - memory.expires_at >= EXPIRY_STEP:
+        memory.expires_at = meta.expires_at
     memory.review_due = meta.review_due
 
 
