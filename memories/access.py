@@ -96,72 +96,81 @@ def _count_day(namespace: str, day: date, count: int) -> None:
         AccessDay.objects.filter(day=day, namespace=namespace).update(accesses=F("accesses") + count)
 
 
+@dataclass(frozen=True)
+class _Accessed:
+    """One memory after its accesses were applied in memory: what changed, the audit, the outcome."""
+
+    changed: frozenset[str]
+    audit: changes.Audit | None
+    outcome: AccessOutcome
+
+
+def _accessed(memory: Memory, count: int, at: datetime, threshold: int) -> _Accessed:
+    """Apply ``count`` accesses at ``at`` to a loaded (locked) memory; nothing is written yet."""
+    previous = {name: getattr(memory, name) for name in _ACCESS_FIELDS}
+    _apply_access(memory, count, at, threshold)
+    tier_before = previous["retention_tier"]
+    promoted = memory.retention_tier != tier_before
+    audit = changes.Audit("PROMOTE", "system", {"from": tier_before, "to": memory.retention_tier,
+                                                "access_count": memory.access_count}) if promoted else None
+    return _Accessed(
+        changed=frozenset(name for name in _ACCESS_FIELDS if getattr(memory, name) != previous[name]),
+        audit=audit,
+        outcome=AccessOutcome(str(memory.id), memory.access_count, memory.retention_tier,
+                              tier_before if promoted else None),
+    )
+
+
 def memory_record_access(*, memory_id: str, count: int, at: datetime, sync: bool = True) -> AccessOutcome | None:
     """Apply ``count`` accesses made at ``at`` to one memory (one transaction)."""
-    retention = settings.BHGBRAIN.retention
+    threshold = settings.BHGBRAIN.retention.auto_promote_access_threshold
     with transaction.atomic():
         memory = Memory.objects.select_for_update().filter(pk=memory_id, archived=False).first()
         if memory is None:
             return None
-        previous = {name: getattr(memory, name) for name in _ACCESS_FIELDS}
-        _apply_access(memory, count, at, retention.auto_promote_access_threshold)
-        changed = [name for name in _ACCESS_FIELDS if getattr(memory, name) != previous[name]]
-        tier_before = previous["retention_tier"]
-        promoted = memory.retention_tier != tier_before
-        audit = changes.Audit("PROMOTE", "system", {"from": tier_before, "to": memory.retention_tier,
-                                                    "access_count": memory.access_count}) if promoted else None
-        changes.memory_saved(memory, audit=audit, at=at, fields=changed, sync=sync)
+        done = _accessed(memory, count, at, threshold)
+        changes.memory_saved(memory, audit=done.audit, at=at, fields=done.changed, sync=sync)
         _count_day(memory.namespace, at.date(), count)
-    return AccessOutcome(str(memory.id), memory.access_count, memory.retention_tier, tier_before if promoted else None)
+    return done.outcome
 
 
 FLUSH_CHUNK = 200  # memories written per transaction by a flush
+Access = tuple[uuid.UUID, int, datetime]  # a memory, how many accesses, the last one
 
 
-def _parsed(memory_id: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(memory_id))
-    except ValueError:
-        return None
-
-
-def access_chunks(batch: list[tuple[str, int, datetime]]) -> list[list[tuple[str, int, datetime]]]:
-    """A flush's accesses ((memory id, count, last access) each) in id order, FLUSH_CHUNK per
-    transaction; ids that are not UUIDs are dropped."""
-    valid = sorted((item for item in batch if _parsed(item[0]) is not None), key=lambda item: _parsed(item[0]))
+def access_chunks(batch: list[tuple[str, int, datetime]]) -> list[list[Access]]:
+    """A flush's accesses in id order, FLUSH_CHUNK per transaction; ids that are not UUIDs are dropped."""
+    valid: list[Access] = []
+    for memory_id, count, at in batch:
+        try:
+            valid.append((uuid.UUID(str(memory_id)), count, at))
+        except ValueError:
+            continue
+    valid.sort(key=lambda item: item[0])
     return [valid[start:start + FLUSH_CHUNK] for start in range(0, len(valid), FLUSH_CHUNK)]
 
 
-def memories_record_access(chunk: list[tuple[str, int, datetime]]) -> list[AccessOutcome]:
+def memories_record_access(chunk: list[Access]) -> list[AccessOutcome]:
     """Apply one chunk of accesses in one transaction: one locking read, one UPDATE per set of
     changed fields, the day counts once per namespace. Rows are locked in id order, so processes
     flushing the same memories never deadlock."""
-    return _record_chunk({_parsed(memory_id): (count, at) for memory_id, count, at in chunk})
-
-
-def _record_chunk(wanted: dict[uuid.UUID | None, tuple[int, datetime]]) -> list[AccessOutcome]:
     threshold = settings.BHGBRAIN.retention.auto_promote_access_threshold
+    wanted = {memory_id: (count, at) for memory_id, count, at in chunk}
     outcomes: list[AccessOutcome] = []
     groups: dict[frozenset[str], list[Memory]] = {}
     audits: dict[uuid.UUID, changes.Audit] = {}
     days: Counter[tuple[str, date]] = Counter()
-    latest = max(at for _, at in wanted.values())
     with transaction.atomic():
         rows = Memory.objects.select_for_update().filter(pk__in=list(wanted), archived=False).order_by("pk")
         for memory in rows.defer("embedding"):
             count, at = wanted[memory.id]
-            previous = {name: getattr(memory, name) for name in _ACCESS_FIELDS}
-            _apply_access(memory, count, at, threshold)
-            changed = frozenset(name for name in _ACCESS_FIELDS if getattr(memory, name) != previous[name])
-            tier_before = previous["retention_tier"]
-            promoted = memory.retention_tier != tier_before
-            if promoted:
-                audits[memory.id] = changes.Audit("PROMOTE", "system", {"from": tier_before, "to": memory.retention_tier,
-                                                                       "access_count": memory.access_count})
-            groups.setdefault(changed, []).append(memory)
+            done = _accessed(memory, count, at, threshold)
+            if done.audit is not None:
+                audits[memory.id] = done.audit
+            groups.setdefault(done.changed, []).append(memory)
             days[(memory.namespace, at.date())] += count
-            outcomes.append(AccessOutcome(str(memory.id), memory.access_count, memory.retention_tier,
-                                          tier_before if promoted else None))
+            outcomes.append(done.outcome)
+        latest = max(at for _, at in wanted.values())
         for changed, memories in groups.items():
             changes.memories_saved(memories, changed, audits=audits, at=latest)
         for (namespace, day), count in days.items():
@@ -225,7 +234,7 @@ class AccessTracker:
                 try:
                     outcomes += memories_record_access(chunk)
                 except DatabaseError:
-                    left = [item for rest in chunks[index:] for item in rest]
+                    left = [(str(memory_id), count, at) for rest in chunks[index:] for memory_id, count, at in rest]
                     logger.exception("access flush failed; %d updates kept for the next flush", len(left))
                     self._restore(left)
                     break
