@@ -5,13 +5,19 @@ every process's index, and Qdrant, even when the writer died right after its com
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
+from django.db import DatabaseError
 from django.utils import timezone
 
 from memories.models import VectorChange, VectorIndexCursor
+
+logger = logging.getLogger("bhgbrain.search")
 
 RELOAD_AFTER_CHANGES = 5_000  # a bigger burst is cheaper to reload than to fetch id by id
 FEED_KEEP_DAYS = 7  # feed_prune drops older rows
@@ -54,6 +60,22 @@ class FeedReader:
         """Read ``changes`` (the last read) again next time: applying them failed."""
         if changes:
             self.last_change = min(self.last_change, changes[0][0] - 1)
+
+
+@contextlib.contextmanager
+def discarded_on_failure(discard: Callable[[], None], index: str) -> Iterator[None]:
+    """Around an in-process index's catch-up and search. A database error leaves the index as it
+    is (nothing was half-applied: a failed load starts over, a failed fetch rewinds the feed). Any
+    other failure may have left it half-changed, so it is thrown away (``discard``, logged with its
+    traceback) and the next search reloads it: one error never turns into a broken index."""
+    try:
+        yield
+    except DatabaseError:
+        raise
+    except BaseException:
+        discard()
+        logger.warning("%s discarded after a failure; the next search reloads it", index, exc_info=True)
+        raise
 
 
 def feed_prune(*, now: datetime | None = None) -> int:

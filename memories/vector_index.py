@@ -24,7 +24,7 @@ import numpy as np
 from django.db import DatabaseError
 
 from memories.embeddings import from_bytes, get_embedder
-from memories.feed import FeedReader
+from memories.feed import FeedReader, discarded_on_failure
 from memories.models import Memory
 from memories.vectors import StoredPoint, VectorHit, VectorIndex, live_until
 
@@ -178,13 +178,8 @@ class EmbeddedVectorIndex:
 
     def _catch_up(self) -> None:
         """Replay the feed; a failure half-way through a change throws the rows away (reloaded next time)."""
-        try:
+        with discarded_on_failure(self._discard, "vector index"):
             self._apply_feed()
-        except DatabaseError:
-            raise  # nothing half-applied: a failed load starts over, a failed fetch rewinds the feed
-        except BaseException:
-            self._discard()
-            raise
 
     def _discard(self) -> None:
         self._loaded = False

@@ -17,7 +17,6 @@ turn into a permanently failing full-text search.
 """
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import uuid
@@ -29,9 +28,8 @@ from django.db import DatabaseError, connection
 from django.utils.dateparse import parse_datetime
 from django.utils.timezone import make_aware
 
-from memories.feed import FeedReader
+from memories.feed import FeedReader, discarded_on_failure
 
-logger = logging.getLogger("bhgbrain.search")
 _INF = math.inf
 _SELECT = {
     # SQLite: the analyzed text FTS5 stores; PostgreSQL: the token arrays of memory_search
@@ -134,12 +132,10 @@ class TextIndex:
             self._ingest(_typed(cursor.fetchall()))
         self._loaded = True
 
-    def _discard(self, exc: BaseException) -> None:
+    def _discard(self) -> None:
         """After a failure: fresh arrays (nothing shares a buffer with a dead search), reload next time."""
         self._loaded = False
         self._reset()
-        logger.warning("full-text index discarded after %s: %s; the next search reloads it",
-                       type(exc).__name__, exc, exc_info=not isinstance(exc, DatabaseError))
 
     def _catch_up(self) -> None:
         if not self._loaded or self._dead * 3 > max(len(self._ids), 3000):
@@ -170,14 +166,9 @@ class TextIndex:
 
     def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int) -> list[tuple[str, float]]:
         with self._lock:
-            try:
+            with discarded_on_failure(self._discard, "full-text index"):
                 self._catch_up()
                 return self._score(terms, namespace, collection, now, limit)
-            except DatabaseError:
-                raise  # nothing half-applied: a failed load reloads, a failed read rewinds the feed
-            except BaseException as exc:
-                self._discard(exc)
-                raise
 
     def _score(self, terms: list[str], namespace: str, collection: str | None, now: datetime,
                limit: int) -> list[tuple[str, float]]:
