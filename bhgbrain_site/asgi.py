@@ -15,7 +15,7 @@ from django.conf import settings  # noqa: E402 - needs the app registry
 from bhgbrain_site import fast_http  # noqa: E402
 from bhgbrain_site.errors import AuthRequired  # noqa: E402
 from bhgbrain_site.http import health_snapshots  # noqa: E402
-from bhgbrain_site.security import authenticate_async, http_guard, is_loopback, respond_error  # noqa: E402
+from bhgbrain_site.security import authenticate_scope, http_guard, is_loopback, respond_error  # noqa: E402
 from mcp_bridge.server import PRINCIPAL_SCOPE_KEY, build_server  # noqa: E402
 
 Scope = dict[str, Any]
@@ -45,9 +45,7 @@ mcp_app = _mcp_app()
 
 async def _authenticate(scope: Scope) -> bool:
     """Find the caller's principal and leave it in the scope for the MCP server; False if none."""
-    header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-    peer = (scope.get("client") or ("unknown", 0))[0]
-    principal = await authenticate_async(header, peer=peer, path=scope.get("path", ""))
+    principal = await authenticate_scope(scope)
     if principal is None:
         return False
     scope[PRINCIPAL_SCOPE_KEY] = principal

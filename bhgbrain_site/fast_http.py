@@ -14,18 +14,16 @@ Anything else, or a request these handlers would not recognise (``/tool/a/b``), 
 """
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from bhgbrain_site import http, registry
 from bhgbrain_site.errors import AuthRequired, error_for_status
-from bhgbrain_site.registry import CallContext, Principal
-from bhgbrain_site.security import authenticate_async
+from bhgbrain_site.registry import CallContext
+from bhgbrain_site.security import authenticate_scope, scope_peer
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -73,33 +71,17 @@ async def _body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers") or []:
-        if key == name:
-            return value.decode("latin-1")
-    return None
-
-
-def _peer(scope: Scope) -> str:
-    return (scope.get("client") or ("unknown", 0))[0]
-
-
 async def _caller(scope: Scope, send: Send) -> CallContext | None:
     """The caller of a guarded endpoint, or None once a refusal was sent."""
     try:
-        principal: Principal | None = await authenticate_async(
-            _header(scope, b"authorization"), peer=_peer(scope), path=scope.get("path", ""))
+        principal = await authenticate_scope(scope)
     except Exception as exc:  # noqa: BLE001 - the token table unreachable: the envelope, not a bare 500
         await _error(send, exc)
         return None
     if principal is None:
         await _error(send, AuthRequired("Missing or invalid bearer token"))
         return None
-    return CallContext(actor=f"http:{_peer(scope)}", principal=principal)
-
-
-async def _pooled(executor: Any, work: Callable[..., tuple[int, bytes]], *args: Any) -> tuple[int, bytes]:
-    return await asyncio.get_running_loop().run_in_executor(executor, work, *args)
+    return CallContext(actor=f"http:{scope_peer(scope)}", principal=principal)
 
 
 async def _tool(scope: Scope, receive: Receive, send: Send, name: str) -> None:
@@ -111,7 +93,7 @@ async def _tool(scope: Scope, receive: Receive, send: Send, name: str) -> None:
         return
     ctx = await _caller(scope, send)
     if ctx is not None:
-        await _respond(send, *await _pooled(registry.executor_for(name), http.tool_call_body, name, raw, ctx))
+        await _respond(send, *await registry.in_pool(registry.executor_for(name), http.tool_call_body, name, raw, ctx))
 
 
 async def _resource(scope: Scope, receive: Receive, send: Send) -> None:
@@ -123,16 +105,14 @@ async def _resource(scope: Scope, receive: Receive, send: Send) -> None:
         return
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
     uri = (query.get("uri") or [""])[-1]
-    await _respond(send, *await _pooled(registry.READ_POOL, http.resource_body, uri, ctx))
+    await _respond(send, *await registry.in_pool(registry.READ_POOL, http.resource_body, uri, ctx))
 
 
 async def _health(scope: Scope, send: Send) -> None:
     if scope.get("method") not in ("GET", "HEAD"):
         await _error(send, error_for_status(405, "Use GET for /health"))
         return
-    snapshot = http.health_snapshots.get()
-    if snapshot is None:
-        snapshot = await sync_to_async(http.health_snapshots.refresh, thread_sensitive=False)()
+    snapshot = await http.health_snapshots.current()
     await _respond(send, http.health_status(snapshot), http.encode(snapshot), head=scope.get("method") == "HEAD")
 
 

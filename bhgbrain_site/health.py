@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from time import monotonic
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
 logger = logging.getLogger("bhgbrain.health")
 
 REFRESH_S = 2.0
@@ -68,6 +70,13 @@ class HealthSnapshots:
         if now - taken > STALE_AFTER * self._interval or generation != self._generation():
             return None
         return self._stamped(snapshot, now - taken)
+
+    async def current(self) -> dict[str, Any]:
+        """What a probe gets: the snapshot in memory, or one computed now in a worker thread."""
+        snapshot = self.get()
+        if snapshot is None:
+            snapshot = await sync_to_async(self.refresh, thread_sensitive=False)()
+        return snapshot
 
     def refresh(self) -> dict[str, Any]:
         """Compute the snapshot now (a worker thread: it queries the database)."""

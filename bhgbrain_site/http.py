@@ -77,9 +77,7 @@ health_snapshots = HealthSnapshots(_store_health, registry.writes_done)
 @require_GET
 async def health(request: HttpRequest) -> JsonResponse:
     """The snapshot in memory (refreshed every few seconds in the background), else one computed now."""
-    snapshot = health_snapshots.get()
-    if snapshot is None:
-        snapshot = await sync_to_async(health_snapshots.refresh, thread_sensitive=False)()
+    snapshot = await health_snapshots.current()
     return JsonResponse(snapshot, status=health_status(snapshot))
 
 

@@ -15,13 +15,15 @@ adapters that name them.
 """
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from django.db import connections
@@ -31,6 +33,8 @@ from bhgbrain_site.contracts import ERROR_ECHO_MAX, RESOURCES, TOOLS
 from bhgbrain_site.errors import DomainError, Forbidden, InvalidInput, NotFound, describe_validation_error, storage_reason
 from bhgbrain_site.inputs import check_storable
 from bhgbrain_site.metrics import metrics
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,11 @@ def get_operation(name: str) -> Operation:
 # connection set-up per call); :func:`call` drops one that broke.
 READ_POOL = ThreadPoolExecutor(12, thread_name_prefix="bhgbrain-read")
 WRITE_POOL = ThreadPoolExecutor(12, thread_name_prefix="bhgbrain-write")
+
+
+def in_pool(executor: ThreadPoolExecutor, work: Callable[..., T], *args: Any) -> Awaitable[T]:
+    """Run ``work(*args)`` in one of the pools from the event loop (with the caller's context)."""
+    return asyncio.get_running_loop().run_in_executor(executor, contextvars.copy_context().run, work, *args)
 
 
 def executor_for(name: str) -> ThreadPoolExecutor:

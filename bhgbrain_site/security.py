@@ -96,6 +96,24 @@ async def authenticate_async(authorization: str | None, *, peer: str, path: str)
     return await sync_to_async(_authenticate_in_thread, thread_sensitive=False)(authorization, peer, path)
 
 
+def scope_peer(scope: dict) -> str:
+    """The client address of an ASGI request (uvicorn's, after its proxy-header handling)."""
+    return (scope.get("client") or ("unknown", 0))[0]
+
+
+def scope_header(scope: dict, name: bytes) -> str | None:
+    for key, value in scope.get("headers") or []:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def authenticate_scope(scope: dict) -> Principal | None:
+    """:func:`authenticate_async` for an ASGI request (MCP and the hot endpoints)."""
+    return await authenticate_async(scope_header(scope, b"authorization"), peer=scope_peer(scope),
+                                    path=scope.get("path", ""))
+
+
 def _principal(request: HttpRequest) -> Principal | None:
     peer = request.META.get("REMOTE_ADDR") or "unknown"
     return _authenticate_in_thread(request.META.get("HTTP_AUTHORIZATION"), peer, request.path)
@@ -247,7 +265,7 @@ def http_guard(app: Callable) -> Callable:
         security = settings.BHGBRAIN.security
         headers: list[tuple[bytes, bytes]] = [worker]
         if not scope.get("path", "").startswith(UNLIMITED_PREFIXES):
-            peer = (scope.get("client") or ("unknown", 0))[0]
+            peer = scope_peer(scope)
             try:
                 if rate_limiter.in_memory():
                     allowed, remaining = rate_limiter.hit(peer, security.rate_limit_rpm)

@@ -9,8 +9,6 @@ HTTP the ASGI shell authenticates the request and leaves the caller's principal 
 """
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import json
 import logging
 import threading
@@ -94,7 +92,7 @@ def _in_thread(work: Callable[[], T], operation: str | None = None) -> Awaitable
         executor = registry.executor_for(operation)
     else:
         executor = registry.WRITE_POOL  # which pool is unknown until the apps are loaded
-    return asyncio.get_running_loop().run_in_executor(executor, contextvars.copy_context().run, run)
+    return registry.in_pool(executor, run)
 
 
 def _read(uri: str, caller: CallContext) -> types.ReadResourceResult:
