@@ -14,6 +14,7 @@ from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse
 from rest_framework import exceptions, viewsets
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -45,9 +46,6 @@ def call_context(request: Request) -> CallContext:
     actor = f"api:{request.META.get('REMOTE_ADDR') or 'unknown'}"
     principal = getattr(request, "bhgbrain_principal", None)
     return CallContext(actor=actor, principal=principal) if principal else CallContext(actor=actor)
-
-
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def _plain(response: HttpResponse) -> HttpResponse:

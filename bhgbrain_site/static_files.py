@@ -8,7 +8,7 @@ file goes straight on, without leaving the loop; a static file is served from a 
 """
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
@@ -32,10 +32,10 @@ class StaticFilesMiddleware(WhiteNoiseMiddleware):
         return super().__call__(request)
 
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
-        if not request.path_info.startswith(self.static_prefix):
-            get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]] = self.get_response
-            return await get_response(request)
-        static_file = self.find_file(request.path_info) if self.autorefresh else self.files.get(request.path_info)
+        path = request.path_info
+        static_file = None
+        if path.startswith(self.static_prefix):
+            static_file = self.find_file(path) if self.autorefresh else self.files.get(path)
         if static_file is None:
             return await self.get_response(request)
         return await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)

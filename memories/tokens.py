@@ -24,6 +24,7 @@ from memories.models import ApiToken
 
 TOKEN_PREFIX = "bhg_"
 _any_tokens_cache: tuple[float, bool] = (0.0, False)
+TOKENS_CACHE_S = 5.0  # how long the "any scoped token?" answer is trusted
 
 
 def hash_token(token: str) -> str:
@@ -41,7 +42,7 @@ def scoped_tokens_exist() -> bool:
     caller; access then needs the master token."""
     global _any_tokens_cache
     checked, value = _any_tokens_cache
-    if time.monotonic() - checked > 5:
+    if time.monotonic() - checked > TOKENS_CACHE_S:
         value = ApiToken.objects.exists()
         _any_tokens_cache = (time.monotonic(), value)
     return value
@@ -51,7 +52,7 @@ def known_open() -> bool:
     """True when no token is configured and the cached check (at most 5 s old) found no scoped
     token: the caller has full access, and finding that out needs no query (safe on an event loop)."""
     checked, value = _any_tokens_cache
-    return not value and time.monotonic() - checked <= 5 and master_token() is None
+    return not value and time.monotonic() - checked <= TOKENS_CACHE_S and master_token() is None
 
 
 def auth_required() -> bool:
