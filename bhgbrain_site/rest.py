@@ -22,6 +22,10 @@ from bhgbrain_site import registry
 from bhgbrain_site.errors import InvalidInput, error_for_status, to_envelope
 from bhgbrain_site.registry import CallContext
 
+# Set on the views OperationViewSet.as_view makes: bhgbrain_site.fast_http serves them straight
+# from ASGI (they need none of Django's middleware: no session, no CSRF, no cookie).
+POOLED = "bhgbrain_pooled"
+
 
 def _drf_message(exc: exceptions.APIException) -> str:
     detail = exc.detail
@@ -88,6 +92,7 @@ class OperationViewSet(viewsets.ViewSet):
             executor = registry.READ_POOL if reads else registry.WRITE_POOL
             return await sync_to_async(run, thread_sensitive=False, executor=executor)(request, *args, **kwargs)
 
+        setattr(pooled, POOLED, True)
         return pooled
 
     def run(self, name: str, arguments: dict[str, Any], *, status: int = 200, coerce: bool = False) -> Response:

@@ -64,10 +64,35 @@ def test_bad_bodies_and_unknown_tools_get_the_envelope(server: LiveServer) -> No
     assert _code(empty, 400) == "INVALID_INPUT"
 
 
+def test_rest_operation_views_keep_djangos_headers_access_rules_and_envelopes(server: LiveServer) -> None:
+    created = httpx.post(server.url + "/api/memories/", json={"content": "REST on the fast path", "namespace": "fastrest"},
+                         headers=AUTH)
+    assert created.status_code == 201, created.text
+    for name, value in SECURITY_HEADERS.items():
+        assert created.headers[name] == value, name
+    assert int(created.headers["content-length"]) == len(created.content) and "x-ratelimit-remaining" in created.headers
+    memory_id = created.json()["id"]
+    found = httpx.post(server.url + "/api/search/", json={"query": "fast path", "mode": "fulltext", "namespace": "fastrest"},
+                       headers=AUTH)
+    assert [hit["id"] for hit in found.json()["results"]] == [memory_id]
+    assert httpx.get(server.url + f"/api/memories/{memory_id}/", params={"namespace": "fastrest"},
+                     headers=AUTH).json()["content"] == "REST on the fast path"
+    assert _code(httpx.post(server.url + "/api/search/", json={"query": "fast"}), 401) == "AUTH_REQUIRED"
+    assert _code(httpx.post(server.url + "/api/search/", content=b"{not json", headers={**AUTH, "content-type": "application/json"}),
+                 400) == "INVALID_INPUT"
+    assert _code(httpx.post(server.url + "/api/search/", json={"query": "x", "surprise": 1}, headers=AUTH), 400) == "INVALID_INPUT"
+    assert _code(httpx.get(server.url + "/api/memories/00000000-0000-0000-0000-000000000000/", headers=AUTH), 404) == "NOT_FOUND"
+    assert _code(httpx.put(server.url + "/api/search/", json={"query": "x"}, headers=AUTH), 405) == "INVALID_INPUT"
+    assert httpx.delete(server.url + f"/api/memories/{memory_id}/", params={"namespace": "fastrest"}, headers=AUTH).status_code in (200, 204)
+
+
 def test_other_paths_are_still_djangos(server: LiveServer) -> None:
     assert _code(httpx.post(server.url + "/tool/search/extra", headers=AUTH), 404) == "NOT_FOUND"
-    rest = httpx.post(server.url + "/api/search/", json={"query": "fast path"}, headers=AUTH)
-    assert rest.status_code == 200, rest.text
+    no_slash = httpx.get(server.url + "/api/collections", headers=AUTH)  # CommonMiddleware's APPEND_SLASH
+    assert no_slash.status_code == 301 and no_slash.headers["location"].endswith("/api/collections/")
+    schema = httpx.get(server.url + "/api/schema/", headers=AUTH)
+    assert schema.status_code == 200 and b"openapi" in schema.content
+    assert httpx.get(server.url + "/api/no-such-thing/", headers=AUTH).status_code == 404
     static = httpx.get(server.url + "/static/admin/css/base.css")
     assert static.status_code == 200 and static.headers["content-type"].startswith("text/css")
 
