@@ -42,15 +42,26 @@ def build_store(home: Path, size: int, seed: int) -> None:
     print(f"store: {size} memories bulk-loaded in {seconds:.1f} s", flush=True)
 
 
-def server_rss_mib(config: Path) -> float:
-    """VmRSS of the stdio server started with ``config`` (found by its command line)."""
+def stdio_pids(config: Path) -> list[int]:
+    """The MCP stdio server processes started with ``config`` (found by their command line)."""
+    pids = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             argv = cmdline.read_bytes().split(b"\0")
-            if f"--config={config}".encode() in argv and b"--stdio" in argv:
-                for line in (cmdline.parent / "status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) / 1024
+        except OSError:
+            continue
+        if f"--config={config}".encode() in argv and b"--stdio" in argv:
+            pids.append(int(cmdline.parent.name))
+    return pids
+
+
+def server_rss_mib(config: Path) -> float:
+    """VmRSS of a stdio server started with ``config``."""
+    for pid in stdio_pids(config):
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
         except OSError:
             continue
     return float("nan")

@@ -69,7 +69,7 @@ import httpx  # noqa: E402
 import search_latency as lat  # noqa: E402 - store set-up, questions and machine facts are shared
 from load import CallFailed, http_transport, mcp_session_calls, mcp_transport, percentiles  # noqa: E402
 from machine import load_average  # noqa: E402
-from mcp_initialize import server_rss_mib, stdio_parameters  # noqa: E402
+from mcp_initialize import server_rss_mib, stdio_parameters, stdio_pids  # noqa: E402
 from workers_load import preload_store, rss_mib, start_server, stop_server  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -162,6 +162,8 @@ class Timing:
     wall_s: float = 0.0
     load_before: str = ""
     load_after: str = ""
+    client_cpu_s: float = 0.0  # this process (the clients; for the in-process cell, the work itself)
+    server_cpu_s: float = 0.0  # the server process (HTTP transports) or the stdio processes
 
     def timed(self, started: float, load_before: str) -> Timing:
         self.wall_s += time.perf_counter() - started
@@ -171,8 +173,23 @@ class Timing:
 
     def record(self) -> dict[str, Any]:
         record = percentiles(self.latencies) if self.latencies else {"n": 0}
+        done = len(self.latencies) or 1
         return {**record, "per_s": len(self.latencies) / self.wall_s if self.wall_s else 0.0, "errors": dict(self.errors),
-                "load_before": self.load_before, "load_after": self.load_after}
+                "load_before": self.load_before, "load_after": self.load_after,
+                "client_cpu_ms": 1e3 * self.client_cpu_s / done, "server_cpu_ms": 1e3 * self.server_cpu_s / done}
+
+
+def cpu_s(pids: Sequence[int]) -> float:
+    """CPU seconds used so far by these processes: every thread's run time from schedstat
+    (nanoseconds; /proc/<pid>/stat counts in 10 ms ticks); 0 for a process that is gone."""
+    total = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+            try:
+                total += int(task.read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
 
 
 def chunks(questions: Sequence[str], clients: int) -> list[list[str]]:
@@ -343,6 +360,7 @@ async def measure(args: argparse.Namespace, size: int, url: str, server_pid: int
         for mode in args.modes:  # in-process warm-up: this process's indexes and model
             await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), warm_questions, 1)
         warm_s = await warm(clients, remote, args.modes, warm_questions)
+        servers = {transport: [server_pid] for transport in (TOOL, REST, MCP_HTTP)} | {MCP_STDIO: stdio_pids(config)}
         log(f"[{size}] warmed: " + ", ".join(f"{t} {s:.1f} s" for t, s in warm_s.items()))
 
         async def group(variant: str, mode: str, count: int, asked: dict[str, list[str]]) -> None:
@@ -354,11 +372,14 @@ async def measure(args: argparse.Namespace, size: int, url: str, server_pid: int
                 turn = r % len(args.transports)
                 for transport in [*args.transports[turn:], *args.transports[:turn]]:
                     share = asked[transport][r::args.rounds]
+                    timing, serving = timings[transport], servers.get(transport, [])
+                    client_before, server_before = time.process_time(), cpu_s(serving)
                     if transport == IN_PROCESS:
-                        await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), share, count,
-                                                timings[transport])
+                        await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), share, count, timing)
                     else:
-                        await async_cell(clients.senders(transport, mode, count), share, timings[transport])
+                        await async_cell(clients.senders(transport, mode, count), share, timing)
+                    timing.client_cpu_s += time.process_time() - client_before
+                    timing.server_cpu_s += cpu_s(serving) - server_before
             for transport, timing in timings.items():
                 cell = timing.record()
                 cells.append({"variant": variant, "transport": transport, "mode": mode, "clients": count, **cell})
@@ -505,6 +526,25 @@ def table(result: dict[str, Any], variant: str, clients: int, modes: Sequence[st
     return header, rows
 
 
+def cpu_table(result: dict[str, Any], variant: str, clients: int, modes: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """Rows: transports; per mode: CPU milliseconds per request in the client and in the server."""
+    header = ["transport", *(f"{mode} CPU ms client / server" for mode in modes)]
+    cells = {(c["transport"], c["mode"]): c for c in result["cells"] if c["variant"] == variant and c["clients"] == clients}
+    rows = []
+    for transport in dict.fromkeys(t for t, _ in cells):
+        row = [transport]
+        for mode in modes:
+            cell = cells.get((transport, mode))
+            if not cell or not cell.get("n") or "client_cpu_ms" not in cell:
+                row.append("")
+            elif transport == IN_PROCESS:
+                row.append(f"{cell['client_cpu_ms']:.2f} (the call itself)")
+            else:
+                row.append(f"{cell['client_cpu_ms']:.2f} / {cell['server_cpu_ms']:.2f}")
+        rows.append(row)
+    return header, rows
+
+
 def text_table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  " + "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True)))]
@@ -558,6 +598,11 @@ def report(data: dict[str, Any], markdown: bool) -> str:
                 if rows:
                     out += ["", f"{'### ' if markdown else ''}{clients} client(s), {VARIANT_TITLES[variant]}", "",
                             render(header, rows)]
+        header, rows = cpu_table(result, "cached", min(data["run"]["clients"]), data["run"]["modes"])
+        if rows:
+            out += ["", f"{'### ' if markdown else ''}CPU per request, {min(data['run']['clients'])} client, cached questions "
+                    "(client: this process, every thread; server: the server process, or the MCP stdio processes)", "",
+                    render(header, rows)]
         out += [""] + [health_line(c) for c in result["health"]]
         header, rows = target_rows(result)
         out += ["", f"{'### ' if markdown else ''}Targets (one client unless said)", "", render(header, rows)]
