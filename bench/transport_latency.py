@@ -634,9 +634,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         data = run(args, home)
     finally:
-        from memories.access import tracker
+        from django.apps import apps
 
-        tracker.discard()  # the in-process baseline's accesses: not flushed at exit into a removed store
+        if apps.ready:  # the in-process baseline's accesses: not flushed at exit into a removed store
+            from memories.access import tracker
+
+            tracker.discard()
         shutil.rmtree(home, ignore_errors=True)
     print(report(data, markdown=False))
     RESULTS.mkdir(parents=True, exist_ok=True)
