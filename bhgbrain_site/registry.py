@@ -85,6 +85,17 @@ def _never(params: Any) -> bool:
 
 
 @dataclass(frozen=True)
+class Hints:
+    """What a client may assume about an operation's effect (MCP tool annotations). ``destructive``:
+    some call deletes something stored, or overwrites it without keeping the old version (a dedup
+    merge or a category edit keeps a revision: not destructive). ``idempotent``: repeating a call
+    with the same arguments changes nothing more. Whether it writes at all is its ``writes``."""
+
+    destructive: bool = False
+    idempotent: bool = False
+
+
+@dataclass(frozen=True)
 class Operation:
     name: str
     input_model: type[BaseModel]
@@ -93,6 +104,9 @@ class Operation:
     whole_store: bool = False  # reads or replaces every namespace: the master token only
     tool: bool = True  # one of the seed's tools (MCP tools/list, POST /tool/<name>)
     scoped: bool = True  # reads or writes a namespace (health does not)
+    title: str = ""  # a human name (MCP clients show it)
+    output_model: type[BaseModel] | None = None  # the shape of every successful result
+    hints: Hints = field(default_factory=Hints)
 
     @property
     def description(self) -> str:
@@ -102,6 +116,13 @@ class Operation:
     def read_only(self) -> bool:
         """Never writes, whatever its arguments (HTTP runs these in the read pool)."""
         return self.writes is _never
+
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON schema of a successful result: always an object at the top (MCP requires it),
+        a union of shapes (``anyOf``) for an operation whose result depends on its action."""
+        if self.output_model is None:
+            return None
+        return {"type": "object", **self.output_model.model_json_schema(mode="serialization")}
 
 
 @dataclass(frozen=True)
@@ -135,14 +156,17 @@ _load_lock = threading.Lock()
 
 def operation(
     name: str, input_model: type[BaseModel], *, writes: Callable[[Any], bool] = _never,
-    whole_store: bool = False, tool: bool = True, scoped: bool = True,
+    whole_store: bool = False, tool: bool = True, scoped: bool = True, title: str = "",
+    output: type[BaseModel] | None = None, hints: Hints | None = None,
 ) -> Callable[[Handler], Handler]:
-    """Register ``handler(params, ctx)`` under ``name``; its docstring is the description."""
+    """Register ``handler(params, ctx)`` under ``name``; its docstring is the description,
+    ``output`` the model of its results, ``title`` and ``hints`` what clients show and assume."""
 
     def register(handler: Handler) -> Handler:
         if name in _operations:
             raise RuntimeError(f"operation {name!r} is registered twice")
-        _operations[name] = Operation(name, input_model, handler, writes, whole_store, tool, scoped)
+        _operations[name] = Operation(name, input_model, handler, writes, whole_store, tool, scoped, title, output,
+                                      hints or Hints())
         return handler
 
     return register
@@ -197,6 +221,14 @@ def executor_for(name: str) -> ThreadPoolExecutor:
 def input_model(name: str) -> type[BaseModel]:
     """The input model of an operation (the REST schema documents request bodies with it)."""
     return get_operation(name).input_model
+
+
+def output_model(name: str) -> type[BaseModel]:
+    """The output model of an operation (the REST schema documents responses with it)."""
+    found = get_operation(name).output_model
+    if found is None:
+        raise RuntimeError(f"operation {name!r} declares no output model")
+    return found
 
 
 def operations() -> list[Operation]:

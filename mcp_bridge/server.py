@@ -61,9 +61,17 @@ def _caller(ctx: Any, transport: str) -> CallContext:
     return CallContext(actor=f"mcp:http:{peer}", principal=principal)
 
 
+def _annotations(op: registry.Operation) -> types.ToolAnnotations:
+    """The registry's hints as MCP tool annotations; every tool acts on this store only."""
+    writes = not op.read_only
+    return types.ToolAnnotations(title=op.title, read_only_hint=op.read_only, destructive_hint=writes and op.hints.destructive,
+                                 idempotent_hint=op.read_only or op.hints.idempotent, open_world_hint=False)
+
+
 def tool_definitions() -> list[types.Tool]:
     return [
-        types.Tool(name=t.name, description=t.description, input_schema=t.input_model.model_json_schema())
+        types.Tool(name=t.name, title=t.title, description=t.description, input_schema=t.input_model.model_json_schema(),
+                   output_schema=t.output_schema(), annotations=_annotations(t))
         for t in registry.tools()
     ]
 

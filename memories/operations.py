@@ -37,8 +37,8 @@ from bhgbrain_site.inputs import (
     ThreadId,
     Timestamp,
 )
-from bhgbrain_site.registry import CallContext, operation, resource
-from memories import access, bootstrap, curation, messages, repair, selectors, services
+from bhgbrain_site.registry import CallContext, Hints, operation, resource
+from memories import access, bootstrap, curation, messages, outputs, repair, selectors, services
 
 
 def _namespace(value: str | None) -> str:
@@ -91,7 +91,8 @@ def _remember_input(message: _MessageFields, *, namespace: str, collection: str 
     )
 
 
-@operation("remember", RememberParams, writes=_always)
+@operation("remember", RememberParams, writes=_always, title="Remember", output=outputs.Remembered,
+           hints=Hints(idempotent=True))  # the same content again is a NOOP with the same id
 def remember(params: RememberParams, ctx: CallContext) -> dict[str, Any]:
     """Store a memory. Content is normalised, checked for secrets, deduplicated (exact
     checksum, then semantic similarity within the collection) and given a retention tier
@@ -116,7 +117,8 @@ class ThreadAppendParams(Input):
     collection: CollectionName | None = None
 
 
-@operation("thread_append", ThreadAppendParams, writes=_always)
+@operation("thread_append", ThreadAppendParams, writes=_always, title="Append to a thread",
+           output=outputs.ThreadAppended, hints=Hints(idempotent=True))  # a re-sent message is a NOOP
 def thread_append(params: ThreadAppendParams, ctx: CallContext) -> dict[str, Any]:
     """Append up to 500 messages to a conversation thread at once (each: content, speaker,
     occurred_at, message_id, …): embedded in one batch and written in one transaction. Each
@@ -135,7 +137,8 @@ class EventParams(_EventFields):
     clear: list[Literal["event_at", "valid_until", "status"]] = Field(default_factory=list, max_length=3)
 
 
-@operation("event", EventParams, writes=_always)
+@operation("event", EventParams, writes=_always, title="Set event fields", output=outputs.EventView,
+           hints=Hints(destructive=True, idempotent=True))  # overwrites or clears the fields
 def event(params: EventParams, ctx: CallContext) -> dict[str, Any]:
     """Set a memory's event fields: status (planned, done, cancelled), event_at, valid_until;
     `clear` removes some. Cancelled events, and plans whose time has passed, leave recall and
@@ -153,7 +156,8 @@ class ForgetParams(Input):
     namespace: Namespace | None = None
 
 
-@operation("forget", ForgetParams, writes=_always)
+@operation("forget", ForgetParams, writes=_always, title="Forget a memory", output=outputs.Forgotten,
+           hints=Hints(destructive=True, idempotent=True))
 def forget(params: ForgetParams, ctx: CallContext) -> dict[str, Any]:
     """Permanently delete one memory by id (NOT_FOUND if it does not exist, is archived,
     or belongs to another namespace than the one given)."""
@@ -167,7 +171,8 @@ class TagParams(Input):
     namespace: Namespace | None = None
 
 
-@operation("tag", TagParams, writes=_always)
+@operation("tag", TagParams, writes=_always, title="Tag a memory", output=outputs.Tagged,
+           hints=Hints(destructive=True, idempotent=True))  # remove drops tags
 def tag(params: TagParams, ctx: CallContext) -> dict[str, Any]:
     """Add and/or remove tags on one memory (at most 20 tags in total). Content and
     embedding are unchanged; the full-text index and the vector payload are updated."""
@@ -182,7 +187,8 @@ class CollectionsParams(Input):
     force: bool = False
 
 
-@operation("collections", CollectionsParams, writes=lambda p: p.action != "list")
+@operation("collections", CollectionsParams, writes=lambda p: p.action != "list", title="Collections",
+           output=outputs.CollectionsResult, hints=Hints(destructive=True, idempotent=True))  # delete removes memories
 def collections(params: CollectionsParams, ctx: CallContext) -> dict[str, Any]:
     """List, create or delete the collections of a namespace. Deleting a non-empty
     collection needs force=true and deletes its memories (CONFLICT otherwise)."""
@@ -203,7 +209,8 @@ class BootstrapParams(Input):
     namespace: Namespace = "profile"
 
 
-@operation("bootstrap", BootstrapParams, writes=lambda p: p.action in ("submit", "reset"))
+@operation("bootstrap", BootstrapParams, writes=lambda p: p.action in ("submit", "reset"), title="Profile interview",
+           output=outputs.BootstrapResult, hints=Hints(destructive=True))  # reset forgets a section's memories
 def bootstrap_(params: BootstrapParams, ctx: CallContext) -> dict[str, Any]:
     """Guided interview that builds a work profile in 10 sections (identity, responsibilities,
     goals, communication, work patterns, tools, entities, repositories, tenants, operating
@@ -231,7 +238,8 @@ class ImportParams(Input):
     dry_run: bool = False
 
 
-@operation("import", ImportParams, writes=lambda p: not p.dry_run)
+@operation("import", ImportParams, writes=lambda p: not p.dry_run, title="Import a profile or text",
+           output=outputs.Imported, hints=Hints(idempotent=True))  # every paragraph is deduplicated
 def import_(params: ImportParams, ctx: CallContext) -> dict[str, Any]:
     """Import a structured profile (format "profile": sections by markdown heading, mapped to
     the bootstrap sections) or freeform text (paragraphs) as memories. dry_run returns previews
@@ -245,7 +253,8 @@ class RepairParams(Input):
     device_id: str | None = Field(default=None, min_length=1, max_length=DEVICE_ID_MAX)
 
 
-@operation("repair", RepairParams, writes=lambda p: not p.dry_run, whole_store=True)
+@operation("repair", RepairParams, writes=lambda p: not p.dry_run, whole_store=True, title="Repair from the vector index",
+           output=outputs.Repaired, hints=Hints(idempotent=True))  # only inserts what is missing
 def repair_(params: RepairParams, ctx: CallContext) -> dict[str, Any]:
     """Rebuild this device's store from a shared Qdrant (vector_index "qdrant"; master token).
     Every bhgbrain_* collection is scanned; memories missing here whose point carries content

@@ -11,6 +11,7 @@ from bhgbrain_site.inputs import CollectionName, Input, Namespace, Query, Tags, 
 from bhgbrain_site.registry import CallContext, operation, resource
 from search import inject, services
 from search.handoff import handoff_pack
+from search.outputs import HandoffPack, SearchResults
 
 WithContext = Field(default=0, ge=0, le=CONTEXT_TURNS_MAX)
 
@@ -29,7 +30,7 @@ class RecallParams(Input):
     include_inactive: bool = False
 
 
-@operation("recall", RecallParams)
+@operation("recall", RecallParams, title="Recall by meaning", output=SearchResults)
 def recall(params: RecallParams, ctx: CallContext) -> dict[str, Any]:
     """Recall the memories most relevant to a query by meaning (semantic search), across
     every collection of the namespace unless one is given. Only results whose calibrated
@@ -58,7 +59,7 @@ class SearchParams(Input):
     with_context: int = WithContext
 
 
-@operation("search", SearchParams)
+@operation("search", SearchParams, title="Search memories", output=SearchResults)
 def search(params: SearchParams, ctx: CallContext) -> dict[str, Any]:
     """Search memories by hybrid (default: BM25 full-text fused with semantic similarity),
     fulltext or semantic mode, up to 50 results, optionally within one collection. Works in
@@ -93,7 +94,7 @@ class HandoffParams(Input):
     max_chars: int | None = Field(default=None, ge=200, le=100_000)
 
 
-@operation("handoff", HandoffParams)
+@operation("handoff", HandoffParams, title="Hand-off pack", output=HandoffPack)
 def handoff(params: HandoffParams, ctx: CallContext) -> dict[str, Any]:
     """A hand-off pack to start a fresh session with: the namespace's profile categories, the
     thread's last turns verbatim, open items (planned events), recent topics and stated
