@@ -9,7 +9,7 @@ from pydantic import Field
 from bhgbrain_site.contracts import CONTENT_MAX, SlotName
 from bhgbrain_site.errors import InvalidInput
 from bhgbrain_site.inputs import CategoryName, Input, Namespace
-from bhgbrain_site.registry import CallContext, Hints, operation, resource
+from bhgbrain_site.registry import CallContext, Hints, completer, operation, resource
 from categories import selectors, services
 from categories.outputs import CategoryResult
 
@@ -47,3 +47,5 @@ resource("category://list", "Category list", "Policy categories of the namespace
          operation="category", fixed={"action": "list"})
 resource("category://{name}", "Category", "One category with its full content (?namespace=)",
          operation="category", fixed={"action": "get"})
+
+completer("category", selectors.category_names_complete, resources={"category://{name}": "name"})

@@ -21,6 +21,7 @@ from mcp.server.lowlevel import Server
 from bhgbrain_site import registry
 from bhgbrain_site.errors import to_envelope
 from bhgbrain_site.registry import CallContext, Principal
+from mcp_bridge import prompts
 
 logger = logging.getLogger("bhgbrain.mcp")
 
@@ -144,6 +145,17 @@ class _Handlers:
         caller = _caller(ctx, self.transport)
         return await _in_thread(lambda: _read(str(params.uri), caller))
 
+    async def list_prompts(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=await _in_thread(prompts.prompt_definitions))
+
+    async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        caller = _caller(ctx, self.transport)
+        return await _in_thread(lambda: prompts.get_prompt(params.name, params.arguments, caller))
+
+    async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+        caller = _caller(ctx, self.transport)
+        return await _in_thread(lambda: prompts.complete(params, caller))
+
 
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -166,6 +178,9 @@ def build_server(transport: str) -> Server[Any]:
         on_list_resources=handlers.list_resources,
         on_list_resource_templates=handlers.list_templates,
         on_read_resource=handlers.read_resource,
+        on_list_prompts=handlers.list_prompts,
+        on_get_prompt=handlers.get_prompt,
+        on_completion=handlers.complete,
     )
 
 

@@ -37,8 +37,19 @@ from bhgbrain_site.inputs import (
     ThreadId,
     Timestamp,
 )
-from bhgbrain_site.registry import CallContext, Hints, operation, resource
-from memories import access, bootstrap, curation, messages, outputs, repair, selectors, services
+from bhgbrain_site.registry import CallContext, Hints, PromptMessages, completer, operation, prompt, resource
+from memories import (
+    access,
+    bootstrap,
+    completions,
+    curation,
+    messages,
+    outputs,
+    prompts,
+    repair,
+    selectors,
+    services,
+)
 
 
 def _namespace(value: str | None) -> str:
@@ -383,3 +394,43 @@ def threads_get(params: ThreadParams, ctx: CallContext) -> dict[str, Any]:
     """One thread's transcript in conversation order (occurred_at, then arrival), paginated."""
     return selectors.thread_transcript(namespace=_namespace(params.namespace), thread=params.thread, limit=params.limit,
                                        cursor=params.cursor)
+
+
+# --------------------------------------------------------------------------- prompts and completions
+
+
+class BootstrapPromptArgs(Input):
+    namespace: Namespace = Field(default="profile", description='where the profile is stored (default "profile")')
+    section: int | None = Field(default=None, ge=1, le=10,
+                                description="the section to start with, 1-10 (default: the first one not answered)")
+
+
+@prompt("bootstrap", BootstrapPromptArgs, title="Build my work profile", completes={"namespace": "namespace"})
+def bootstrap_prompt(params: BootstrapPromptArgs, ctx: CallContext) -> PromptMessages:
+    """A guided interview, one section at a time, that fills the 10 profile sections (identity,
+    responsibilities, goals, communication, work patterns, tools, entities, repositories, tenants,
+    operating rules) through the bootstrap tool; shows which sections are answered already."""
+    return [("user", prompts.bootstrap_interview(namespace=params.namespace, section=params.section))]
+
+
+class RememberThisArgs(Input):
+    passage: str = Field(min_length=1, max_length=CONTENT_MAX, description="the text to turn into memories")
+    namespace: Namespace | None = Field(default=None, description="where to store them (default: yours)")
+    collection: CollectionName | None = Field(default=None, description="the collection to store them in")
+    tag: Tag | None = Field(default=None, description="a tag every one of them gets (a project, a customer)")
+
+
+@prompt("remember-this", RememberThisArgs, title="Remember this",
+        completes={"namespace": "namespace", "collection": "collection", "tag": "tag"})
+def remember_this_prompt(params: RememberThisArgs, ctx: CallContext) -> PromptMessages:
+    """Turn a passage (notes, a decision, a conversation) into well-formed memories: one
+    self-contained fact each, with a type, tags (reusing the namespace's) and an importance."""
+    return [("user", prompts.remember_this(passage=params.passage, namespace=_namespace(params.namespace),
+                                           collection=params.collection, tag=params.tag))]
+
+
+completer("namespace", completions.namespaces_complete)
+completer("collection", completions.collections_complete, resources={"collection://{name}": "name"})
+completer("tag", completions.tags_complete)
+completer("thread", completions.threads_complete)
+completer("memory", completions.memory_ids_complete, resources={"memory://{id}": "id"})

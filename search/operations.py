@@ -8,8 +8,8 @@ from pydantic import Field
 
 from bhgbrain_site.contracts import CONTEXT_TURNS_MAX, MemoryTypeName
 from bhgbrain_site.inputs import CollectionName, Input, Namespace, Query, Tags, ThreadId
-from bhgbrain_site.registry import CallContext, operation, resource
-from search import inject, services
+from bhgbrain_site.registry import CallContext, PromptMessages, operation, prompt, resource
+from search import inject, prompts, services
 from search.handoff import handoff_pack
 from search.outputs import HandoffPack, SearchResults
 
@@ -110,3 +110,18 @@ resource("memory://inject", "Session inject",
 resource("memory://handoff", "Hand-off pack",
          "Profile, last turns, open items, topics and preferences for a new session (?namespace=&thread=)",
          operation="handoff")
+
+
+class SessionStartArgs(Input):
+    namespace: Namespace | None = Field(default=None, description="whose context (default: yours)")
+    thread: ThreadId | None = Field(default=None, description="the conversation to pick up: its last turns and open items")
+    query: Query | None = Field(default=None, description="what this session is about: the memories most useful for it")
+
+
+@prompt("session-start", SessionStartArgs, title="Start a session with my context",
+        completes={"namespace": "namespace", "thread": "thread"})
+def session_start_prompt(params: SessionStartArgs, ctx: CallContext) -> PromptMessages:
+    """The standing context for a new session: profile categories, then the memories most useful
+    for the query; with a thread, its hand-off (last turns, open items, topics, preferences)."""
+    namespace = params.namespace or settings.BHGBRAIN.defaults.namespace
+    return [("user", prompts.session_start(namespace=namespace, thread=params.thread, query=params.query))]

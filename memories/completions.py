@@ -1,0 +1,99 @@
+"""Completion reads (MCP ``completion/complete``): names that start with what a client has typed,
+most used first, from indexed columns only (a prefix range and a LIMIT; never a scan of the
+memories in Python), so an answer stays fast on a large store.
+
+Each returns (values, total): at most ``limit`` values, and how many match in all. A caller's
+namespaces are decided by the registry; a selector only filters by the ones it is given.
+"""
+from __future__ import annotations
+
+import uuid
+
+from django.db import connection
+from django.db.models import Count, Q, QuerySet
+
+from memories.models import Collection, Memory, MemoryTag
+
+Matches = tuple[list[str], int]
+
+
+def starts_with(field: str, prefix: str) -> Q:
+    """``field`` starts with ``prefix``, in the form the backend answers from an index: a range on
+    SQLite (whose LIKE ignores indexes), LIKE 'prefix%' elsewhere."""
+    if not prefix:
+        return Q()
+    if connection.vendor != "sqlite":
+        return Q(**{f"{field}__startswith": prefix})
+    upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return Q(**{f"{field}__gte": prefix, f"{field}__lt": upper})
+
+
+def _ranked(rows: QuerySet, field: str, limit: int) -> Matches:
+    """Values of ``field`` with their use (``n``), most used first, then by name."""
+    ranked = list(rows.values(field).annotate(n=Count("*")).order_by("-n", field).values_list(field, flat=True)[:limit + 1])
+    if len(ranked) <= limit:
+        return ranked, len(ranked)
+    return ranked[:limit], rows.values(field).distinct().count()
+
+
+def namespaces_complete(*, prefix: str, namespaces: frozenset[str] | None, limit: int) -> Matches:
+    """Namespaces holding live memories or collections, by memory count (only ``namespaces`` when given)."""
+    rows = Memory.objects.filter(starts_with("namespace", prefix), archived=False)
+    known = Collection.objects.filter(starts_with("namespace", prefix))
+    if namespaces is not None:
+        rows, known = rows.filter(namespace__in=namespaces), known.filter(namespace__in=namespaces)
+    values, total = _ranked(rows, "namespace", limit)
+    if len(values) < limit:  # namespaces with collections but no live memory come last
+        empty = known.exclude(namespace__in=values).values_list("namespace", flat=True).distinct().order_by("namespace")
+        extra = list(empty[:limit - len(values)])
+        values, total = values + extra, total + len(extra)
+    return values, total
+
+
+def collections_complete(*, prefix: str, namespace: str, limit: int) -> Matches:
+    """Collections of the namespace, by live memory count (empty ones last)."""
+    values, total = _ranked(Memory.objects.filter(starts_with("collection", prefix), namespace=namespace, archived=False),
+                            "collection", limit)
+    if len(values) < limit:
+        empty = (Collection.objects.filter(starts_with("name", prefix), namespace=namespace).exclude(name__in=values)
+                 .order_by("name").values_list("name", flat=True))
+        extra = list(empty[:limit - len(values)])
+        values, total = values + extra, total + len(extra)
+    return values, total
+
+
+def tags_complete(*, prefix: str, namespace: str, limit: int) -> Matches:
+    """Tags of the namespace's live memories, by how many carry each (the tag index)."""
+    return _ranked(MemoryTag.objects.filter(starts_with("tag", prefix), namespace=namespace), "tag", limit)
+
+
+def threads_complete(*, prefix: str, namespace: str, limit: int) -> Matches:
+    """Conversation threads of the namespace, by message count."""
+    rows = Memory.objects.filter(starts_with("thread", prefix), namespace=namespace, thread__isnull=False, archived=False)
+    return _ranked(rows, "thread", limit)
+
+
+def _id_range(prefix: str) -> Q | None:
+    """The ids starting with ``prefix`` (hex digits, dashes ignored) as a range of the primary key;
+    None when the prefix cannot start an id."""
+    digits = prefix.replace("-", "").lower()
+    if len(digits) > 32 or any(c not in "0123456789abcdef" for c in digits):
+        return None
+    if not digits:
+        return Q()
+    return Q(pk__gte=uuid.UUID(digits.ljust(32, "0")), pk__lte=uuid.UUID(digits.ljust(32, "f")))
+
+
+def memory_ids_complete(*, prefix: str, namespace: str, limit: int) -> Matches:
+    """Ids of the namespace's live memories (for memory://{id}): most accessed first, then newest."""
+    found = _id_range(prefix)
+    if found is None:
+        return [], 0
+    rows = Memory.objects.filter(found, namespace=namespace, archived=False)
+    if not prefix:  # every memory matches: the newest, from the list index, rather than sorting them all
+        ids = rows.order_by("-created_at", "-id").values_list("id", flat=True)[:limit]
+    else:
+        ids = rows.order_by("-access_count", "-created_at").values_list("id", flat=True)[:limit]
+    values = [str(i) for i in ids]
+    total = len(values) if len(values) < limit else rows.count()
+    return values, total
