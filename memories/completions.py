@@ -8,11 +8,13 @@ namespaces are decided by the registry; a selector only filters by the ones it i
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
+from django.utils import timezone as django_timezone
 
-from memories.models import Collection, Memory, MemoryTag
+from memories.models import AccessDay, Collection, Memory, MemoryTag
 
 Matches = tuple[list[str], int]
 
@@ -29,37 +31,44 @@ def starts_with(field: str, prefix: str) -> Q:
 
 
 def _ranked(rows: QuerySet, field: str, limit: int) -> Matches:
-    """Values of ``field`` with their use (``n``), most used first, then by name."""
+    """Values of ``field`` with their use (``n``), most used first, then by name. The rows are read
+    from an index that covers ``field`` (no filter on ``archived``, which would read every row):
+    archived memories count as use too."""
     ranked = list(rows.values(field).annotate(n=Count("*")).order_by("-n", field).values_list(field, flat=True)[:limit + 1])
     if len(ranked) <= limit:
         return ranked, len(ranked)
     return ranked[:limit], rows.values(field).distinct().count()
 
 
+def _with_empty(values: list[str], total: int, names: QuerySet, limit: int) -> Matches:
+    """``values`` followed by the other ``names`` (known but unused), by name, up to ``limit``."""
+    if len(values) >= limit:
+        return values, total
+    extra = sorted(set(names.distinct()[:limit + len(values)]) - set(values))[:limit - len(values)]
+    return values + extra, total + len(extra)
+
+
 def namespaces_complete(*, prefix: str, namespaces: frozenset[str] | None, limit: int) -> Matches:
-    """Namespaces holding live memories or collections, by memory count (only ``namespaces`` when given)."""
-    rows = Memory.objects.filter(starts_with("namespace", prefix), archived=False)
+    """Namespaces with collections, most accessed in the last 30 days first (the dashboard's daily
+    counts), then by name; only ``namespaces`` when given. Read from those small tables, never
+    from the memories (every remember makes sure its collection exists)."""
+    since = django_timezone.now().date() - timedelta(days=30)
     known = Collection.objects.filter(starts_with("namespace", prefix))
+    used = AccessDay.objects.filter(starts_with("namespace", prefix), day__gte=since, accesses__gt=0)
     if namespaces is not None:
-        rows, known = rows.filter(namespace__in=namespaces), known.filter(namespace__in=namespaces)
-    values, total = _ranked(rows, "namespace", limit)
-    if len(values) < limit:  # namespaces with collections but no live memory come last
-        empty = known.exclude(namespace__in=values).values_list("namespace", flat=True).distinct().order_by("namespace")
-        extra = list(empty[:limit - len(values)])
-        values, total = values + extra, total + len(extra)
-    return values, total
+        known, used = known.filter(namespace__in=namespaces), used.filter(namespace__in=namespaces)
+    names = set(known.values_list("namespace", flat=True).distinct())
+    use = dict(used.values("namespace").annotate(n=Sum("accesses")).values_list("namespace", "n"))
+    ranked = sorted(names | set(use), key=lambda name: (-use.get(name, 0), name))
+    return ranked[:limit], len(ranked)
 
 
 def collections_complete(*, prefix: str, namespace: str, limit: int) -> Matches:
-    """Collections of the namespace, by live memory count (empty ones last)."""
-    values, total = _ranked(Memory.objects.filter(starts_with("collection", prefix), namespace=namespace, archived=False),
+    """Collections of the namespace, most memories first (empty ones last)."""
+    values, total = _ranked(Memory.objects.filter(starts_with("collection", prefix), namespace=namespace),
                             "collection", limit)
-    if len(values) < limit:
-        empty = (Collection.objects.filter(starts_with("name", prefix), namespace=namespace).exclude(name__in=values)
-                 .order_by("name").values_list("name", flat=True))
-        extra = list(empty[:limit - len(values)])
-        values, total = values + extra, total + len(extra)
-    return values, total
+    known = Collection.objects.filter(starts_with("name", prefix), namespace=namespace).values_list("name", flat=True)
+    return _with_empty(values, total, known, limit)
 
 
 def tags_complete(*, prefix: str, namespace: str, limit: int) -> Matches:
@@ -69,8 +78,8 @@ def tags_complete(*, prefix: str, namespace: str, limit: int) -> Matches:
 
 def threads_complete(*, prefix: str, namespace: str, limit: int) -> Matches:
     """Conversation threads of the namespace, by message count."""
-    rows = Memory.objects.filter(starts_with("thread", prefix), namespace=namespace, thread__isnull=False, archived=False)
-    return _ranked(rows, "thread", limit)
+    return _ranked(Memory.objects.filter(starts_with("thread", prefix), namespace=namespace, thread__isnull=False),
+                   "thread", limit)
 
 
 def _id_range(prefix: str) -> Q | None:
