@@ -32,7 +32,7 @@ class CategoryViewSet(OperationViewSet):
         """One category with its full content."""
         return self.run("category", {**self.query("namespace"), "action": "get", "name": name}, coerce=True)
 
-    @extend_schema(parameters=[NAME, NAMESPACE], responses=CategoryDeleted)
+    @extend_schema(parameters=[NAME, NAMESPACE], responses={200: CategoryDeleted})
     def destroy(self, request: Request, name: str) -> Response:
         """Delete a category."""
         return self.run("category", {**self.query("namespace"), "action": "delete", "name": name}, coerce=True)

@@ -40,7 +40,7 @@ class MemoryViewSet(OperationViewSet):
         """One memory (counts as an access, like memory://{id})."""
         return self.run("memories.get", {**self.query("namespace"), "id": memory_id}, coerce=True)
 
-    @extend_schema(parameters=[MEMORY_ID, NAMESPACE], responses=output_model("forget"))
+    @extend_schema(parameters=[MEMORY_ID, NAMESPACE], responses={200: output_model("forget")})
     def destroy(self, request: Request, memory_id: str) -> Response:
         """Forget: permanently delete the memory."""
         return self.run("forget", {**self.query("namespace"), "id": memory_id}, coerce=True)
@@ -71,7 +71,7 @@ class CollectionViewSet(OperationViewSet):
         """The memories of one collection, newest first."""
         return self.run("collections.get", {**self.query("namespace", "cursor", "limit"), "name": name}, coerce=True)
 
-    @extend_schema(parameters=[NAME, NAMESPACE, OpenApiParameter("force", bool)], responses=CollectionDeleted)
+    @extend_schema(parameters=[NAME, NAMESPACE, OpenApiParameter("force", bool)], responses={200: CollectionDeleted})
     def destroy(self, request: Request, name: str) -> Response:
         """Delete a collection (a non-empty one only with force=true: its memories go too)."""
         arguments = {**self.query("namespace", "force"), "action": "delete", "name": name}
