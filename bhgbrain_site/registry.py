@@ -85,6 +85,17 @@ def _never(params: Any) -> bool:
 
 
 @dataclass(frozen=True)
+class Hints:
+    """What a client may assume about an operation's effect (MCP tool annotations). ``destructive``:
+    some call deletes something stored, or overwrites it without keeping the old version (a dedup
+    merge or a category edit keeps a revision: not destructive). ``idempotent``: repeating a call
+    with the same arguments changes nothing more. Whether it writes at all is its ``writes``."""
+
+    destructive: bool = False
+    idempotent: bool = False
+
+
+@dataclass(frozen=True)
 class Operation:
     name: str
     input_model: type[BaseModel]
@@ -93,6 +104,9 @@ class Operation:
     whole_store: bool = False  # reads or replaces every namespace: the master token only
     tool: bool = True  # one of the seed's tools (MCP tools/list, POST /tool/<name>)
     scoped: bool = True  # reads or writes a namespace (health does not)
+    title: str = ""  # a human name (MCP clients show it)
+    output_model: type[BaseModel] | None = None  # the shape of every successful result
+    hints: Hints = field(default_factory=Hints)
 
     @property
     def description(self) -> str:
@@ -102,6 +116,13 @@ class Operation:
     def read_only(self) -> bool:
         """Never writes, whatever its arguments (HTTP runs these in the read pool)."""
         return self.writes is _never
+
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON schema of a successful result: always an object at the top (MCP requires it),
+        a union of shapes (``anyOf``) for an operation whose result depends on its action."""
+        if self.output_model is None:
+            return None
+        return {"type": "object", **self.output_model.model_json_schema(mode="serialization")}
 
 
 @dataclass(frozen=True)
@@ -135,14 +156,17 @@ _load_lock = threading.Lock()
 
 def operation(
     name: str, input_model: type[BaseModel], *, writes: Callable[[Any], bool] = _never,
-    whole_store: bool = False, tool: bool = True, scoped: bool = True,
+    whole_store: bool = False, tool: bool = True, scoped: bool = True, title: str = "",
+    output: type[BaseModel] | None = None, hints: Hints | None = None,
 ) -> Callable[[Handler], Handler]:
-    """Register ``handler(params, ctx)`` under ``name``; its docstring is the description."""
+    """Register ``handler(params, ctx)`` under ``name``; its docstring is the description,
+    ``output`` the model of its results, ``title`` and ``hints`` what clients show and assume."""
 
     def register(handler: Handler) -> Handler:
         if name in _operations:
             raise RuntimeError(f"operation {name!r} is registered twice")
-        _operations[name] = Operation(name, input_model, handler, writes, whole_store, tool, scoped)
+        _operations[name] = Operation(name, input_model, handler, writes, whole_store, tool, scoped, title, output,
+                                      hints or Hints())
         return handler
 
     return register
@@ -199,6 +223,14 @@ def input_model(name: str) -> type[BaseModel]:
     return get_operation(name).input_model
 
 
+def output_model(name: str) -> type[BaseModel]:
+    """The output model of an operation (the REST schema documents responses with it)."""
+    found = get_operation(name).output_model
+    if found is None:
+        raise RuntimeError(f"operation {name!r} declares no output model")
+    return found
+
+
 def operations() -> list[Operation]:
     """Every operation (the tools and those only the REST and CLI adapters call), by name."""
     _load()
@@ -219,26 +251,32 @@ def resources() -> list[Resource]:
     return sorted(_resources, key=lambda r: order.get(r.uri, len(order)))
 
 
-def _parse(op: Operation, arguments: Any, coerce: bool) -> BaseModel:
+def _parse(model: type[BaseModel], arguments: Any, coerce: bool) -> BaseModel:
     if not isinstance(arguments, dict):
         raise InvalidInput("Invalid input: the arguments must be a JSON object")
     check_storable(arguments)
     try:
-        return op.input_model.model_validate(arguments, strict=False if coerce else None)
+        return model.model_validate(arguments, strict=False if coerce else None)
     except ValidationError as exc:
         raise InvalidInput(describe_validation_error(exc)) from None
 
 
 def _scoped(op: Operation, params: BaseModel, principal: Principal) -> BaseModel:
     """Check the caller may use the call's namespace; pin it so services filter by it."""
-    from django.conf import settings
-
     if op.whole_store and principal.namespaces is not None:
         raise Forbidden(f"The {op.name} tool acts on every namespace: it needs the master token")
     if not op.scoped:
         return params
+    return _pinned(params, principal, writes=op.writes(params))
+
+
+def _pinned(params: BaseModel, principal: Principal, *, writes: bool) -> BaseModel:
+    """The namespace of a call (its own, else the caller's default) checked against the caller,
+    and set on the arguments of a scoped caller."""
+    from django.conf import settings
+
     namespace = getattr(params, "namespace", None) or principal.default_namespace(settings.BHGBRAIN.defaults.namespace)
-    principal.check(namespace, writes=op.writes(params))
+    principal.check(namespace, writes=writes)
     if principal.namespaces is None or "namespace" not in type(params).model_fields:
         return params
     return params.model_copy(update={"namespace": namespace})
@@ -274,7 +312,7 @@ def call(name: str, arguments: Any, ctx: CallContext, *, coerce: bool = False) -
     drop_broken_connections()
     started, outcome = time.perf_counter(), "ok"
     try:
-        params = _parse(op, arguments, coerce)
+        params = _parse(op.input_model, arguments, coerce)
         return op.handler(_scoped(op, params, ctx.principal), ctx)
     except DomainError as exc:
         outcome = exc.code
@@ -318,3 +356,109 @@ def read_resource(uri: str, ctx: CallContext) -> dict[str, Any]:
         arguments = {k: v for k, v in _query(uri).items() if k in fields and k not in found.fixed}
         return call(found.operation, {**arguments, **variables, **found.fixed}, ctx, coerce=True)
     raise NotFound(f"Unknown resource: {base[:ERROR_ECHO_MAX]}")
+
+
+# --------------------------------------------------------------------------- prompts and completions
+
+PromptMessages = list[tuple[str, str]]  # (role "user" | "assistant", text)
+PromptHandler = Callable[[Any, CallContext], PromptMessages]
+COMPLETION_MAX = 100  # values one completion answer carries (MCP's limit)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt template clients offer (as slash commands): its arguments are the fields of
+    ``arguments_model`` (text, as MCP sends them; coerced like a query string), ``completes``
+    names the completion kind of each argument that has one."""
+
+    name: str
+    title: str
+    arguments_model: type[BaseModel]
+    handler: PromptHandler
+    completes: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def description(self) -> str:
+        return (self.handler.__doc__ or "").strip()
+
+    def arguments(self) -> list[tuple[str, str, bool]]:
+        """(name, description, required) of each argument."""
+        return [(name, f.description or "", f.is_required()) for name, f in self.arguments_model.model_fields.items()]
+
+
+# A completer answers (values, total) for what was typed: the whole-store kind "namespace" gets the
+# namespaces the caller may see (None: every one), the others the one namespace to look in.
+Completer = Callable[..., tuple[list[str], int]]
+
+_prompts: dict[str, Prompt] = {}
+_completers: dict[str, Completer] = {}
+_resource_completions: dict[tuple[str, str], str] = {}  # (URI template, variable) → kind
+
+
+def prompt(name: str, arguments_model: type[BaseModel], *, title: str,
+           completes: Mapping[str, str] | None = None) -> Callable[[PromptHandler], PromptHandler]:
+    """Register ``handler(params, ctx) -> [(role, text), …]`` as prompt ``name``; its docstring is
+    the description."""
+
+    def register(handler: PromptHandler) -> PromptHandler:
+        if name in _prompts:
+            raise RuntimeError(f"prompt {name!r} is registered twice")
+        _prompts[name] = Prompt(name, title, arguments_model, handler, dict(completes or {}))
+        return handler
+
+    return register
+
+
+def completer(kind: str, answer: Completer, *, resources: Mapping[str, str] | None = None) -> None:
+    """Register how values of ``kind`` are completed; ``resources`` maps URI templates onto the
+    variable this kind completes (``{"memory://{id}": "id"}``)."""
+    _completers[kind] = answer
+    for template, variable in (resources or {}).items():
+        _resource_completions[(template, variable)] = kind
+
+
+def prompts() -> list[Prompt]:
+    _load()
+    return sorted(_prompts.values(), key=lambda p: p.name)
+
+
+def get_prompt(name: str, arguments: Mapping[str, str] | None, ctx: CallContext) -> tuple[Prompt, PromptMessages]:
+    """Validate a prompt's arguments (unknown, missing or malformed: INVALID_INPUT naming it), check
+    the caller may read its namespace, and build its messages."""
+    _load()
+    found = _prompts.get(name)
+    if found is None:
+        raise NotFound(f"Unknown prompt: {name[:ERROR_ECHO_MAX]}")
+    params = _pinned(_parse(found.arguments_model, dict(arguments or {}), coerce=True), ctx.principal, writes=False)
+    return found, found.handler(params, ctx)
+
+
+def completion_kind(*, prompt_name: str | None = None, template: str | None = None, argument: str) -> str | None:
+    """The kind of value an argument of a prompt (or a variable of a URI template) takes."""
+    _load()
+    if prompt_name is not None:
+        found = _prompts.get(prompt_name)
+        if found is None:
+            raise NotFound(f"Unknown prompt: {prompt_name[:ERROR_ECHO_MAX]}")
+        return found.completes.get(argument)
+    return _resource_completions.get((template or "", argument))
+
+
+def complete(kind: str | None, prefix: str, ctx: CallContext, *, namespace: str | None = None) -> tuple[list[str], int]:
+    """What may follow ``prefix`` for a value of ``kind``: (at most COMPLETION_MAX values, total),
+    only from namespaces the caller may read (``namespace``: the one already chosen, else the
+    caller's default). Nothing, never an error, for an unknown kind or a namespace out of reach."""
+    from django.conf import settings
+
+    answer = _completers.get(kind or "")
+    if answer is None:
+        return [], 0
+    principal = ctx.principal
+    if kind == "namespace":
+        return answer(prefix=prefix, namespaces=principal.namespaces, limit=COMPLETION_MAX)
+    namespace = namespace or principal.default_namespace(settings.BHGBRAIN.defaults.namespace)
+    try:
+        principal.check(namespace, writes=False)
+    except Forbidden:
+        return [], 0
+    return answer(prefix=prefix, namespace=namespace, limit=COMPLETION_MAX)

@@ -226,6 +226,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "APPEND_COMPONENTS": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
     "SECURITY": [{"bearer": []}],
+    # the tiers appear as `tier` in the inputs and as `retention_tier` in the results: one enum
+    "ENUM_NAME_OVERRIDES": {"TierEnum": "bhgbrain_site.contracts.TIERS"},
 }
 
 # The scheduler's queue: Redis when configured (named after the store, so two stores on one

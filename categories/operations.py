@@ -9,8 +9,9 @@ from pydantic import Field
 from bhgbrain_site.contracts import CONTENT_MAX, SlotName
 from bhgbrain_site.errors import InvalidInput
 from bhgbrain_site.inputs import CategoryName, Input, Namespace
-from bhgbrain_site.registry import CallContext, operation, resource
+from bhgbrain_site.registry import CallContext, Hints, completer, operation, resource
 from categories import selectors, services
+from categories.outputs import CategoryResult
 
 
 class CategoryParams(Input):
@@ -21,7 +22,8 @@ class CategoryParams(Input):
     content: str | None = Field(default=None, min_length=1, max_length=CONTENT_MAX)
 
 
-@operation("category", CategoryParams, writes=lambda p: p.action in ("set", "delete"))
+@operation("category", CategoryParams, writes=lambda p: p.action in ("set", "delete"), title="Policy categories",
+           output=CategoryResult, hints=Hints(destructive=True))  # set keeps a revision; delete removes
 def category(params: CategoryParams, ctx: CallContext) -> dict[str, Any]:
     """Manage policy categories: always-injected context blocks (company values,
     architecture, coding requirements, custom) at the top of memory://inject. Actions:
@@ -45,3 +47,5 @@ resource("category://list", "Category list", "Policy categories of the namespace
          operation="category", fixed={"action": "list"})
 resource("category://{name}", "Category", "One category with its full content (?namespace=)",
          operation="category", fixed={"action": "get"})
+
+completer("category", selectors.category_names_complete, resources={"category://{name}": "name"})

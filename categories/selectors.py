@@ -34,3 +34,10 @@ def category_get(*, namespace: str, name: str) -> dict[str, Any]:
 
 def categories_for_inject(*, namespace: str) -> list[Category]:
     return list(Category.objects.filter(namespace=namespace))
+
+
+def category_names_complete(*, prefix: str, namespace: str, limit: int) -> tuple[list[str], int]:
+    """Category names of the namespace starting with ``prefix`` (completion), most revised first."""
+    rows = Category.objects.filter(namespace=namespace, name__startswith=prefix)
+    names = list(rows.order_by("-revision", "name").values_list("name", flat=True)[:limit])
+    return names, len(names) if len(names) < limit else rows.count()

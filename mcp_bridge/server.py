@@ -21,6 +21,7 @@ from mcp.server.lowlevel import Server
 from bhgbrain_site import registry
 from bhgbrain_site.errors import to_envelope
 from bhgbrain_site.registry import CallContext, Principal
+from mcp_bridge import prompts
 
 logger = logging.getLogger("bhgbrain.mcp")
 
@@ -61,9 +62,17 @@ def _caller(ctx: Any, transport: str) -> CallContext:
     return CallContext(actor=f"mcp:http:{peer}", principal=principal)
 
 
+def _annotations(op: registry.Operation) -> types.ToolAnnotations:
+    """The registry's hints as MCP tool annotations; every tool acts on this store only."""
+    writes = not op.read_only
+    return types.ToolAnnotations(title=op.title, read_only_hint=op.read_only, destructive_hint=writes and op.hints.destructive,
+                                 idempotent_hint=op.read_only or op.hints.idempotent, open_world_hint=False)
+
+
 def tool_definitions() -> list[types.Tool]:
     return [
-        types.Tool(name=t.name, description=t.description, input_schema=t.input_model.model_json_schema())
+        types.Tool(name=t.name, title=t.title, description=t.description, input_schema=t.input_model.model_json_schema(),
+                   output_schema=t.output_schema(), annotations=_annotations(t))
         for t in registry.tools()
     ]
 
@@ -136,6 +145,17 @@ class _Handlers:
         caller = _caller(ctx, self.transport)
         return await _in_thread(lambda: _read(str(params.uri), caller))
 
+    async def list_prompts(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=await _in_thread(prompts.prompt_definitions))
+
+    async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        caller = _caller(ctx, self.transport)
+        return await _in_thread(lambda: prompts.get_prompt(params.name, params.arguments, caller))
+
+    async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+        caller = _caller(ctx, self.transport)
+        return await _in_thread(lambda: prompts.complete(params, caller))
+
 
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -158,6 +178,9 @@ def build_server(transport: str) -> Server[Any]:
         on_list_resources=handlers.list_resources,
         on_list_resource_templates=handlers.list_templates,
         on_read_resource=handlers.read_resource,
+        on_list_prompts=handlers.list_prompts,
+        on_get_prompt=handlers.get_prompt,
+        on_completion=handlers.complete,
     )
 
 

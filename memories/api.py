@@ -7,8 +7,9 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from bhgbrain_site.registry import input_model
+from bhgbrain_site.registry import input_model, output_model
 from bhgbrain_site.rest import OperationViewSet
+from memories.outputs import CollectionCreated, CollectionDeleted, CollectionList
 
 NAMESPACE = OpenApiParameter("namespace", str, description="namespace (default: the configured one)")
 CURSOR = OpenApiParameter("cursor", str, description="cursor from the previous page (created_at|id)")
@@ -27,7 +28,7 @@ class MemoryViewSet(OperationViewSet):
         """Memories, newest first, keyset-paginated; filters: type, tier, tag."""
         return self.run("memories.list", self.query("namespace", "limit", "cursor", "type", "tier", "tag"), coerce=True)
 
-    @extend_schema(request=input_model("remember"), responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT})
+    @extend_schema(request=input_model("remember"), responses={200: output_model("remember"), 201: output_model("remember")})
     def create(self, request: Request) -> Response:
         """Remember (the remember tool): 201 for ADD, 200 for UPDATE/NOOP."""
         response = self.run("remember", self.body())
@@ -39,12 +40,12 @@ class MemoryViewSet(OperationViewSet):
         """One memory (counts as an access, like memory://{id})."""
         return self.run("memories.get", {**self.query("namespace"), "id": memory_id}, coerce=True)
 
-    @extend_schema(parameters=[MEMORY_ID, NAMESPACE], responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[MEMORY_ID, NAMESPACE], responses={200: output_model("forget")})
     def destroy(self, request: Request, memory_id: str) -> Response:
         """Forget: permanently delete the memory."""
         return self.run("forget", {**self.query("namespace"), "id": memory_id}, coerce=True)
 
-    @extend_schema(parameters=[MEMORY_ID], request=input_model("tag"), responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[MEMORY_ID], request=input_model("tag"), responses=output_model("tag"))
     @action(detail=True, methods=["post"])
     def tags(self, request: Request, memory_id: str) -> Response:
         """Add/remove tags ({"add": [...], "remove": [...]})."""
@@ -55,12 +56,12 @@ class CollectionViewSet(OperationViewSet):
     lookup_url_kwarg = "name"
     lookup_value_regex = "[^/]+"
 
-    @extend_schema(parameters=[NAMESPACE], responses=OpenApiTypes.OBJECT, operation_id="collections_list")
+    @extend_schema(parameters=[NAMESPACE], responses=CollectionList, operation_id="collections_list")
     def list(self, request: Request) -> Response:
         """The collections of a namespace with their memory counts."""
         return self.run("collections", {**self.query("namespace"), "action": "list"}, coerce=True)
 
-    @extend_schema(request=input_model("collections"), responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(request=input_model("collections"), responses={201: CollectionCreated})
     def create(self, request: Request) -> Response:
         """Create a collection ({"name": ..., "namespace": ...})."""
         return self.run("collections", {**self.body(), "action": "create"}, status=201)
@@ -70,7 +71,7 @@ class CollectionViewSet(OperationViewSet):
         """The memories of one collection, newest first."""
         return self.run("collections.get", {**self.query("namespace", "cursor", "limit"), "name": name}, coerce=True)
 
-    @extend_schema(parameters=[NAME, NAMESPACE, OpenApiParameter("force", bool)], responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[NAME, NAMESPACE, OpenApiParameter("force", bool)], responses={200: CollectionDeleted})
     def destroy(self, request: Request, name: str) -> Response:
         """Delete a collection (a non-empty one only with force=true: its memories go too)."""
         arguments = {**self.query("namespace", "force"), "action": "delete", "name": name}
@@ -105,7 +106,8 @@ class ThreadViewSet(OperationViewSet):
         """A thread's transcript in conversation order."""
         return self.run("threads.get", {**self.query("namespace", "limit", "cursor"), "thread": thread}, coerce=True)
 
-    @extend_schema(parameters=[THREAD], request=input_model("thread_append"), responses={201: OpenApiTypes.OBJECT},
+    @extend_schema(parameters=[THREAD], request=input_model("thread_append"),
+                   responses={200: output_model("thread_append"), 201: output_model("thread_append")},
                    operation_id="threads_messages_create")
     @action(detail=True, methods=["post"])
     def messages(self, request: Request, thread: str) -> Response:

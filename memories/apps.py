@@ -11,5 +11,8 @@ class MemoriesConfig(AppConfig):
         from django.db.backends.signals import connection_created
 
         from bhgbrain_site.sqlite_wal import on_connection_created
+        from memories.changes import register_indexer
+        from memories.tag_index import TagIndexer
 
         connection_created.connect(on_connection_created, dispatch_uid="bhgbrain-wal-checkpoint")
+        register_indexer(TagIndexer())  # tag completion reads the tags from an index

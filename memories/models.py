@@ -17,6 +17,7 @@ from bhgbrain_site.contracts import (
     SOURCES,
     SPEAKER_MAX,
     SUMMARY_MAX,
+    TAG_MAX,
     THREAD_MAX,
     TIER_LABELS,
     TIERS,
@@ -280,3 +281,19 @@ class AccessDay(models.Model):
     class Meta:
         db_table = "access_days"
         constraints = [models.UniqueConstraint(fields=["day", "namespace"], name="uniq_access_day")]
+
+
+class MemoryTag(models.Model):
+    """One tag of one live memory, kept by the write funnel (memories/tag_index.py): tag completion
+    reads a namespace's tags from this table's index instead of every memory's JSON list."""
+
+    memory_id = models.UUIDField()
+    namespace = models.CharField(max_length=NAMESPACE_MAX)
+    tag = models.CharField(max_length=TAG_MAX)
+
+    class Meta:
+        db_table = "memory_tags"
+        indexes = [
+            models.Index(fields=["namespace", "tag"], name="idx_memory_tags_tag"),
+            models.Index(fields=["memory_id"], name="idx_memory_tags_memory"),
+        ]

@@ -37,8 +37,19 @@ from bhgbrain_site.inputs import (
     ThreadId,
     Timestamp,
 )
-from bhgbrain_site.registry import CallContext, operation, resource
-from memories import access, bootstrap, curation, messages, repair, selectors, services
+from bhgbrain_site.registry import CallContext, Hints, PromptMessages, completer, operation, prompt, resource
+from memories import (
+    access,
+    bootstrap,
+    completions,
+    curation,
+    messages,
+    outputs,
+    prompts,
+    repair,
+    selectors,
+    services,
+)
 
 
 def _namespace(value: str | None) -> str:
@@ -91,7 +102,8 @@ def _remember_input(message: _MessageFields, *, namespace: str, collection: str 
     )
 
 
-@operation("remember", RememberParams, writes=_always)
+@operation("remember", RememberParams, writes=_always, title="Remember", output=outputs.Remembered,
+           hints=Hints(idempotent=True))  # the same content again is a NOOP with the same id
 def remember(params: RememberParams, ctx: CallContext) -> dict[str, Any]:
     """Store a memory. Content is normalised, checked for secrets, deduplicated (exact
     checksum, then semantic similarity within the collection) and given a retention tier
@@ -116,7 +128,8 @@ class ThreadAppendParams(Input):
     collection: CollectionName | None = None
 
 
-@operation("thread_append", ThreadAppendParams, writes=_always)
+@operation("thread_append", ThreadAppendParams, writes=_always, title="Append to a thread",
+           output=outputs.ThreadAppended, hints=Hints(idempotent=True))  # a re-sent message is a NOOP
 def thread_append(params: ThreadAppendParams, ctx: CallContext) -> dict[str, Any]:
     """Append up to 500 messages to a conversation thread at once (each: content, speaker,
     occurred_at, message_id, …): embedded in one batch and written in one transaction. Each
@@ -135,7 +148,8 @@ class EventParams(_EventFields):
     clear: list[Literal["event_at", "valid_until", "status"]] = Field(default_factory=list, max_length=3)
 
 
-@operation("event", EventParams, writes=_always)
+@operation("event", EventParams, writes=_always, title="Set event fields", output=outputs.EventView,
+           hints=Hints(destructive=True, idempotent=True))  # overwrites or clears the fields
 def event(params: EventParams, ctx: CallContext) -> dict[str, Any]:
     """Set a memory's event fields: status (planned, done, cancelled), event_at, valid_until;
     `clear` removes some. Cancelled events, and plans whose time has passed, leave recall and
@@ -153,7 +167,8 @@ class ForgetParams(Input):
     namespace: Namespace | None = None
 
 
-@operation("forget", ForgetParams, writes=_always)
+@operation("forget", ForgetParams, writes=_always, title="Forget a memory", output=outputs.Forgotten,
+           hints=Hints(destructive=True, idempotent=True))
 def forget(params: ForgetParams, ctx: CallContext) -> dict[str, Any]:
     """Permanently delete one memory by id (NOT_FOUND if it does not exist, is archived,
     or belongs to another namespace than the one given)."""
@@ -167,7 +182,8 @@ class TagParams(Input):
     namespace: Namespace | None = None
 
 
-@operation("tag", TagParams, writes=_always)
+@operation("tag", TagParams, writes=_always, title="Tag a memory", output=outputs.Tagged,
+           hints=Hints(destructive=True, idempotent=True))  # remove drops tags
 def tag(params: TagParams, ctx: CallContext) -> dict[str, Any]:
     """Add and/or remove tags on one memory (at most 20 tags in total). Content and
     embedding are unchanged; the full-text index and the vector payload are updated."""
@@ -182,7 +198,8 @@ class CollectionsParams(Input):
     force: bool = False
 
 
-@operation("collections", CollectionsParams, writes=lambda p: p.action != "list")
+@operation("collections", CollectionsParams, writes=lambda p: p.action != "list", title="Collections",
+           output=outputs.CollectionsResult, hints=Hints(destructive=True, idempotent=True))  # delete removes memories
 def collections(params: CollectionsParams, ctx: CallContext) -> dict[str, Any]:
     """List, create or delete the collections of a namespace. Deleting a non-empty
     collection needs force=true and deletes its memories (CONFLICT otherwise)."""
@@ -203,7 +220,8 @@ class BootstrapParams(Input):
     namespace: Namespace = "profile"
 
 
-@operation("bootstrap", BootstrapParams, writes=lambda p: p.action in ("submit", "reset"))
+@operation("bootstrap", BootstrapParams, writes=lambda p: p.action in ("submit", "reset"), title="Profile interview",
+           output=outputs.BootstrapResult, hints=Hints(destructive=True))  # reset forgets a section's memories
 def bootstrap_(params: BootstrapParams, ctx: CallContext) -> dict[str, Any]:
     """Guided interview that builds a work profile in 10 sections (identity, responsibilities,
     goals, communication, work patterns, tools, entities, repositories, tenants, operating
@@ -231,7 +249,8 @@ class ImportParams(Input):
     dry_run: bool = False
 
 
-@operation("import", ImportParams, writes=lambda p: not p.dry_run)
+@operation("import", ImportParams, writes=lambda p: not p.dry_run, title="Import a profile or text",
+           output=outputs.Imported, hints=Hints(idempotent=True))  # every paragraph is deduplicated
 def import_(params: ImportParams, ctx: CallContext) -> dict[str, Any]:
     """Import a structured profile (format "profile": sections by markdown heading, mapped to
     the bootstrap sections) or freeform text (paragraphs) as memories. dry_run returns previews
@@ -245,7 +264,8 @@ class RepairParams(Input):
     device_id: str | None = Field(default=None, min_length=1, max_length=DEVICE_ID_MAX)
 
 
-@operation("repair", RepairParams, writes=lambda p: not p.dry_run, whole_store=True)
+@operation("repair", RepairParams, writes=lambda p: not p.dry_run, whole_store=True, title="Repair from the vector index",
+           output=outputs.Repaired, hints=Hints(idempotent=True))  # only inserts what is missing
 def repair_(params: RepairParams, ctx: CallContext) -> dict[str, Any]:
     """Rebuild this device's store from a shared Qdrant (vector_index "qdrant"; master token).
     Every bhgbrain_* collection is scanned; memories missing here whose point carries content
@@ -374,3 +394,43 @@ def threads_get(params: ThreadParams, ctx: CallContext) -> dict[str, Any]:
     """One thread's transcript in conversation order (occurred_at, then arrival), paginated."""
     return selectors.thread_transcript(namespace=_namespace(params.namespace), thread=params.thread, limit=params.limit,
                                        cursor=params.cursor)
+
+
+# --------------------------------------------------------------------------- prompts and completions
+
+
+class BootstrapPromptArgs(Input):
+    namespace: Namespace = Field(default="profile", description='where the profile is stored (default "profile")')
+    section: int | None = Field(default=None, ge=1, le=10,
+                                description="the section to start with, 1-10 (default: the first one not answered)")
+
+
+@prompt("bootstrap", BootstrapPromptArgs, title="Build my work profile", completes={"namespace": "namespace"})
+def bootstrap_prompt(params: BootstrapPromptArgs, ctx: CallContext) -> PromptMessages:
+    """A guided interview, one section at a time, that fills the 10 profile sections (identity,
+    responsibilities, goals, communication, work patterns, tools, entities, repositories, tenants,
+    operating rules) through the bootstrap tool; shows which sections are answered already."""
+    return [("user", prompts.bootstrap_interview(namespace=params.namespace, section=params.section))]
+
+
+class RememberThisArgs(Input):
+    passage: str = Field(min_length=1, max_length=CONTENT_MAX, description="the text to turn into memories")
+    namespace: Namespace | None = Field(default=None, description="where to store them (default: yours)")
+    collection: CollectionName | None = Field(default=None, description="the collection to store them in")
+    tag: Tag | None = Field(default=None, description="a tag every one of them gets (a project, a customer)")
+
+
+@prompt("remember-this", RememberThisArgs, title="Remember this",
+        completes={"namespace": "namespace", "collection": "collection", "tag": "tag"})
+def remember_this_prompt(params: RememberThisArgs, ctx: CallContext) -> PromptMessages:
+    """Turn a passage (notes, a decision, a conversation) into well-formed memories: one
+    self-contained fact each, with a type, tags (reusing the namespace's) and an importance."""
+    return [("user", prompts.remember_this(passage=params.passage, namespace=_namespace(params.namespace),
+                                           collection=params.collection, tag=params.tag))]
+
+
+completer("namespace", completions.namespaces_complete)
+completer("collection", completions.collections_complete, resources={"collection://{name}": "name"})
+completer("tag", completions.tags_complete)
+completer("thread", completions.threads_complete)
+completer("memory", completions.memory_ids_complete, resources={"memory://{id}": "id"})

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 
 from bhgbrain_site.contracts import PATH_MAX, TIERS
 from bhgbrain_site.rest import OperationViewSet
+from retention.outputs import BackupList, BackupRestored, BackupView
 
 NAMESPACE = OpenApiParameter("namespace", str, description="namespace (default: the configured one)")
 MEMORY_ID = OpenApiParameter("memory_id", str, OpenApiParameter.PATH, description="the archived memory's id")
@@ -37,17 +38,17 @@ class ArchiveViewSet(OperationViewSet):
 
 
 class BackupViewSet(OperationViewSet):
-    @extend_schema(responses=OpenApiTypes.OBJECT, operation_id="backups_list")
+    @extend_schema(responses=BackupList, operation_id="backups_list")
     def list(self, request: Request) -> Response:
         """Known backups, newest first (master token only)."""
         return self.run("backup", {"action": "list"})
 
-    @extend_schema(request=None, responses={201: OpenApiTypes.OBJECT})
+    @extend_schema(request=None, responses={201: BackupView})
     def create(self, request: Request) -> Response:
         """Create a backup of the whole store (master token only)."""
         return self.run("backup", {"action": "create"}, status=201)
 
-    @extend_schema(request=BackupRestoreBody, responses=OpenApiTypes.OBJECT, operation_id="backups_restore")
+    @extend_schema(request=BackupRestoreBody, responses=BackupRestored, operation_id="backups_restore")
     @action(detail=False, methods=["post"])
     def restore(self, request: Request) -> Response:
         """Replace the store with a backup from <data_dir>/backups ({"path": ...}; master token only)."""

@@ -9,8 +9,9 @@ from pydantic import Field, model_validator
 
 from bhgbrain_site.contracts import PATH_MAX, Tier
 from bhgbrain_site.inputs import Input, MemoryId, Namespace, Query
-from bhgbrain_site.registry import CallContext, operation, resource
+from bhgbrain_site.registry import CallContext, Hints, operation, resource
 from retention import archive, backup_export, backup_format, backup_import, cleanup, selectors
+from retention.outputs import BackupResult
 
 
 class BackupParams(Input):
@@ -26,7 +27,8 @@ class BackupParams(Input):
         return self
 
 
-@operation("backup", BackupParams, writes=lambda p: p.action != "list", whole_store=True)
+@operation("backup", BackupParams, writes=lambda p: p.action != "list", whole_store=True, title="Back up or restore",
+           output=BackupResult, hints=Hints(destructive=True))  # restore replaces the whole store
 def backup(params: BackupParams, ctx: CallContext) -> dict[str, Any]:
     """Back up or restore the whole store (every namespace; needs the master token).
     create: snapshot memories with their vectors, categories, collections, audit and

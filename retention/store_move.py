@@ -61,6 +61,7 @@ NOT_COPIED = {
     "vector_index_cursors": "how far an index applied this store's feed; the target's index starts at its own feed",
     "compaction_state": "deletions since this database was last compacted: the target is freshly written",
     "memories_fts / memory_search": "the full-text rows are rebuilt by the target's indexers (each engine its own layout)",
+    "memory_tags": "the tag index is rebuilt by the target's indexers as the memories go in",
     "django_session": "admin sessions: log in again",
     "django_admin_log": "the admin's recent-actions list (the audit log, which is copied, records every change)",
     "axes_*": "login-throttling attempts are per server",

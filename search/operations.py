@@ -8,9 +8,10 @@ from pydantic import Field
 
 from bhgbrain_site.contracts import CONTEXT_TURNS_MAX, MemoryTypeName
 from bhgbrain_site.inputs import CollectionName, Input, Namespace, Query, Tags, ThreadId
-from bhgbrain_site.registry import CallContext, operation, resource
-from search import inject, services
+from bhgbrain_site.registry import CallContext, PromptMessages, operation, prompt, resource
+from search import inject, prompts, services
 from search.handoff import handoff_pack
+from search.outputs import HandoffPack, SearchResults
 
 WithContext = Field(default=0, ge=0, le=CONTEXT_TURNS_MAX)
 
@@ -29,7 +30,7 @@ class RecallParams(Input):
     include_inactive: bool = False
 
 
-@operation("recall", RecallParams)
+@operation("recall", RecallParams, title="Recall by meaning", output=SearchResults)
 def recall(params: RecallParams, ctx: CallContext) -> dict[str, Any]:
     """Recall the memories most relevant to a query by meaning (semantic search), across
     every collection of the namespace unless one is given. Only results whose calibrated
@@ -58,7 +59,7 @@ class SearchParams(Input):
     with_context: int = WithContext
 
 
-@operation("search", SearchParams)
+@operation("search", SearchParams, title="Search memories", output=SearchResults)
 def search(params: SearchParams, ctx: CallContext) -> dict[str, Any]:
     """Search memories by hybrid (default: BM25 full-text fused with semantic similarity),
     fulltext or semantic mode, up to 50 results, optionally within one collection. Works in
@@ -93,7 +94,7 @@ class HandoffParams(Input):
     max_chars: int | None = Field(default=None, ge=200, le=100_000)
 
 
-@operation("handoff", HandoffParams)
+@operation("handoff", HandoffParams, title="Hand-off pack", output=HandoffPack)
 def handoff(params: HandoffParams, ctx: CallContext) -> dict[str, Any]:
     """A hand-off pack to start a fresh session with: the namespace's profile categories, the
     thread's last turns verbatim, open items (planned events), recent topics and stated
@@ -109,3 +110,18 @@ resource("memory://inject", "Session inject",
 resource("memory://handoff", "Hand-off pack",
          "Profile, last turns, open items, topics and preferences for a new session (?namespace=&thread=)",
          operation="handoff")
+
+
+class SessionStartArgs(Input):
+    namespace: Namespace | None = Field(default=None, description="whose context (default: yours)")
+    thread: ThreadId | None = Field(default=None, description="the conversation to pick up: its last turns and open items")
+    query: Query | None = Field(default=None, description="what this session is about: the memories most useful for it")
+
+
+@prompt("session-start", SessionStartArgs, title="Start a session with my context",
+        completes={"namespace": "namespace", "thread": "thread"})
+def session_start_prompt(params: SessionStartArgs, ctx: CallContext) -> PromptMessages:
+    """The standing context for a new session: profile categories, then the memories most useful
+    for the query; with a thread, its hand-off (last turns, open items, topics, preferences)."""
+    namespace = params.namespace or settings.BHGBRAIN.defaults.namespace
+    return [("user", prompts.session_start(namespace=namespace, thread=params.thread, query=params.query))]

@@ -1,0 +1,88 @@
+"""The search app's result models (recall, search, handoff): MCP ``outputSchema`` and OpenAPI."""
+from __future__ import annotations
+
+from typing import Literal
+
+from bhgbrain_site.contracts import EventStatus, MemoryTypeName, Tier
+from bhgbrain_site.outputs import Output, Stamp, TagList
+
+
+class Turn(Output):
+    """A neighbouring message of a thread."""
+
+    id: str
+    speaker: str | None
+    occurred_at: Stamp | None
+    content: str
+    message_id: str | None
+
+
+class Context(Output):
+    before: list[Turn]
+    after: list[Turn]
+
+
+class Hit(Output):
+    """One memory found; the thread fields only for a message, the event fields only for an event."""
+
+    id: str
+    namespace: str
+    collection: str
+    content: str
+    summary: str
+    type: MemoryTypeName
+    tags: TagList
+    category: str | None
+    importance: float
+    score: float
+    semantic_score: float | None
+    fulltext_score: float | None
+    retention_tier: Tier
+    expires_at: Stamp | None
+    expiring_soon: bool
+    created_at: Stamp
+    last_accessed: Stamp | None
+    device_id: str | None
+    thread: str | None = None
+    speaker: str | None = None
+    occurred_at: Stamp | None = None
+    message_id: str | None = None
+    status: EventStatus | None = None
+    event_at: Stamp | None = None
+    valid_until: Stamp | None = None
+    inactive: Literal["cancelled", "expired"] | None = None
+    context: Context | None = None  # with_context, for a message of a thread
+    context_truncated: bool | None = None  # the context was dropped to fit the response
+    content_truncated: bool | None = None  # the content is the summary, to fit the response
+
+
+class SearchMeta(Output):
+    skipped: str | None = None  # gate: why the query was taken for small talk
+    expanded_with_thread_turns: int | None = None  # gate: a follow-up borrowed this many turns
+
+
+class SearchResults(Output):
+    """recall and search: best first."""
+
+    results: list[Hit]
+    truncated: bool | None = None  # results were left out to fit defaults.max_response_chars
+    meta: SearchMeta | None = None
+
+
+class HandoffSections(Output):
+    """How many lines of each section the pack holds."""
+
+    profile: int
+    last_turns: int
+    open_items: int
+    topics: int
+    preferences: int
+
+
+class HandoffPack(Output):
+    namespace: str
+    thread: str | None
+    content: str
+    chars: int
+    max_chars: int
+    sections: HandoffSections
