@@ -88,11 +88,10 @@ def streamed(ctx: Any) -> bool:
 
 def peer_of(ctx: Any, principal: Principal | None = None) -> Peer | None:
     """The connection's peer; created (with ``principal``) when given one, else None if there is none."""
-    global _loop
     connection = _connection(ctx)
     peer = connection.state.get(_PEER_KEY)
     if peer is None and principal is not None:
-        _loop = asyncio.get_running_loop()
+        _note_loop()
         peer = connection.state[_PEER_KEY] = Peer(connection, principal)
         PEERS.append(peer)
         connection.exit_stack.callback(_forget, peer)
@@ -114,8 +113,14 @@ def set_level(ctx: Any, principal: Principal, level: str) -> None:
     _log_handler.refresh()
 
 
+def _note_loop() -> None:
+    global _loop
+    _loop = asyncio.get_running_loop()  # the server's one event loop, where notifications are sent
+
+
 def calling(ctx: Any) -> contextvars.Token[CallTarget | None]:
     """Mark the current context (copied into the worker thread) as working for this request."""
+    _note_loop()
     return _calling.set(CallTarget(peer_of(ctx), ctx.session, ctx.request_id, streamed(ctx)))
 
 
