@@ -16,6 +16,7 @@ from bhgbrain_site import fast_http  # noqa: E402
 from bhgbrain_site.errors import AuthRequired  # noqa: E402
 from bhgbrain_site.http import health_snapshots  # noqa: E402
 from bhgbrain_site.security import authenticate_scope, http_guard, is_loopback, respond_error  # noqa: E402
+from mcp_bridge.events import http_app  # noqa: E402
 from mcp_bridge.server import PRINCIPAL_SCOPE_KEY, build_server  # noqa: E402
 
 Scope = dict[str, Any]
@@ -29,15 +30,11 @@ def _mcp_app() -> Any:
     host = settings.BHGBRAIN.transport.http.host
     security = None if is_loopback(host) else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     # MCP sessions live in the process that opened them; with several workers the next request
-    # may reach another one, so each request stands alone (every tool call carries its caller).
-    return build_server("http").streamable_http_app(
-        stateless_http=settings.BHGBRAIN_WORKERS > 1,
-        streamable_http_path="/mcp",
-        json_response=True,
-        host=host,
-        transport_security=security,
-        max_request_body_size=settings.BHGBRAIN.security.max_request_size_bytes,
-    )
+    # may reach another one, so each request stands alone (every tool call carries its caller):
+    # no sessions, no subscriptions, no resumable streams (mcp_bridge/events.py).
+    sessions = settings.BHGBRAIN_WORKERS == 1
+    return http_app(build_server("http", sessions=sessions), sessions=sessions, host=host,
+                    transport_security=security, max_request_body_size=settings.BHGBRAIN.security.max_request_size_bytes)
 
 
 mcp_app = _mcp_app()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 
 _BEARER_RE = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
 
@@ -36,3 +37,24 @@ class RedactFilter(logging.Filter):
         if redacted != message:
             record.msg, record.args = redacted, None
         return True
+
+
+# Functions that name the kind of credential a text holds (None: none). The memories app registers
+# its secret scanner (memories/normalize.py) from its AppConfig.ready; the ground layer cannot
+# import it.
+_secret_finders: list[Callable[[str], str | None]] = []
+
+
+def register_secret_finder(finder: Callable[[str], str | None]) -> None:
+    """Check every log message shown to a client with ``finder`` from now on (once per function)."""
+    if finder not in _secret_finders:
+        _secret_finders.append(finder)
+
+
+def client_safe(message: str) -> str | None:
+    """A log message as an MCP client may see it: bearer tokens redacted, and None (withheld
+    whole) when a registered secret finder sees a credential in it."""
+    redacted = _BEARER_RE.sub(r"\1[REDACTED]", message)
+    if any(finder(redacted) is not None for finder in _secret_finders):
+        return None
+    return redacted

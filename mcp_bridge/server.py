@@ -9,6 +9,7 @@ HTTP the ASGI shell authenticates the request and leaves the caller's principal 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -21,7 +22,7 @@ from mcp.server.lowlevel import Server
 from bhgbrain_site import registry
 from bhgbrain_site.errors import to_envelope
 from bhgbrain_site.registry import CallContext, Principal
-from mcp_bridge import prompts
+from mcp_bridge import notifications, prompts, subscriptions
 
 logger = logging.getLogger("bhgbrain.mcp")
 
@@ -124,8 +125,12 @@ class _Handlers:
         return types.ListToolsResult(tools=await _in_thread(tool_definitions))
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        caller = _caller(ctx, self.transport)
-        return await _in_thread(lambda: _run_tool(params.name, dict(params.arguments or {}), caller), params.name)
+        caller = dataclasses.replace(_caller(ctx, self.transport), progress=notifications.progress_for(ctx))
+        token = notifications.calling(ctx)  # log records of the call reach its client (notifications.py)
+        try:
+            return await _in_thread(lambda: _run_tool(params.name, dict(params.arguments or {}), caller), params.name)
+        finally:
+            notifications.done_calling(token)
 
     async def list_resources(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         resources = await _in_thread(registry.resources)
@@ -143,7 +148,25 @@ class _Handlers:
 
     async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         caller = _caller(ctx, self.transport)
-        return await _in_thread(lambda: _read(str(params.uri), caller))
+        token = notifications.calling(ctx)
+        try:
+            return await _in_thread(lambda: _read(str(params.uri), caller))
+        finally:
+            notifications.done_calling(token)
+
+    async def set_level(self, ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        notifications.set_level(ctx, _caller(ctx, self.transport).principal, params.level)
+        return types.EmptyResult()
+
+    async def subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        caller, uri = _caller(ctx, self.transport), str(params.uri)
+        watch = await _in_thread(lambda: subscriptions.checked_watch(uri, caller))
+        await subscriptions.subscribe(ctx, uri, watch, caller.principal)
+        return types.EmptyResult()
+
+    async def unsubscribe(self, ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        await subscriptions.unsubscribe(ctx, str(params.uri))
+        return types.EmptyResult()
 
     async def list_prompts(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         return types.ListPromptsResult(prompts=await _in_thread(prompts.prompt_definitions))
@@ -166,10 +189,11 @@ def _version() -> str:
         return "0.0.0"
 
 
-def build_server(transport: str) -> Server[Any]:
-    """One MCP server; ``transport`` ("stdio" / "http") only decides who the caller is."""
+def build_server(transport: str, *, sessions: bool = True) -> Server[Any]:
+    """One MCP server; ``transport`` ("stdio" / "http") only decides who the caller is. Without
+    ``sessions`` (stateless HTTP, several workers) nothing outlives a request: no subscriptions."""
     handlers = _Handlers(transport)
-    return Server(
+    server: Server[Any] = Server(
         "bhgbrain",
         version=_version(),
         instructions=INSTRUCTIONS,
@@ -181,7 +205,13 @@ def build_server(transport: str) -> Server[Any]:
         on_list_prompts=handlers.list_prompts,
         on_get_prompt=handlers.get_prompt,
         on_completion=handlers.complete,
+        on_subscribe_resource=handlers.subscribe if sessions else None,
+        on_unsubscribe_resource=handlers.unsubscribe if sessions else None,
     )
+    # Registered after construction: the constructor's on_set_logging_level warns that the 2026-07-28
+    # protocol drops logging; the handshake versions clients speak today have it.
+    server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, handlers.set_level)
+    return server
 
 
 async def serve_stdio(start_django: Any = None) -> None:

@@ -113,17 +113,21 @@ def bootstrap_start(*, namespace: str) -> dict[str, Any]:
         return _next(namespace)
 
 
-def bootstrap_submit(*, namespace: str, section: int, answers: str, actor: str) -> dict[str, Any]:
-    """Store each answer paragraph as a memory of the section; returns the next section."""
+def bootstrap_submit(*, namespace: str, section: int, answers: str, actor: str,
+                     progress: Progress | None = None) -> dict[str, Any]:
+    """Store each answer paragraph as a memory of the section; returns the next section.
+    ``progress`` hears ("memories", paragraphs stored, paragraphs) after each one."""
     spec = BY_NUMBER[section]
     chunks = paragraphs(answers)
     if not chunks:
         raise InvalidInput("answers: no paragraph to store")
     ids, skipped = [], 0
-    for chunk in chunks:
+    for done, chunk in enumerate(chunks, start=1):
         memory_id, operation = _store(spec, chunk, namespace, actor)
         ids.append(memory_id)
         skipped += operation == "NOOP"
+        if progress is not None:
+            progress("memories", done, len(chunks))
     with transaction.atomic():
         session = _sessions(namespace)[section]
         session.memory_ids = list(dict.fromkeys([*session.memory_ids, *ids]))

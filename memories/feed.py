@@ -1,4 +1,5 @@
-"""The change feed (``VectorChange``): how in-process indexes follow it, and how it is pruned.
+"""The change feed (``VectorChange``): how in-process indexes follow it, how watchers (MCP
+resource subscriptions) read it, and how it is pruned.
 
 Every write appends it in its own transaction (memories/changes.py), so a change reaches
 every process's index, and Qdrant, even when the writer died right after its commit.
@@ -11,11 +12,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import DatabaseError
+from django.db.models import Max
 from django.utils import timezone
 
-from memories.models import VectorChange, VectorIndexCursor
+from memories.models import AuditLog, Memory, VectorChange, VectorIndexCursor
 
 logger = logging.getLogger("bhgbrain.search")
 
@@ -76,6 +79,50 @@ def discarded_on_failure(discard: Callable[[], None], index: str) -> Iterator[No
         discard()
         logger.warning("%s discarded after a failure; the next search reloads it", index, exc_info=True)
         raise
+
+
+CATEGORY_OPERATIONS = ("CATEGORY_SET", "CATEGORY_DELETE")  # the audit rows of category writes (categories/services.py)
+WATCH_BATCH = 1000  # feed rows a watcher reads at a time
+
+
+def feed_position() -> dict[str, int]:
+    """Where the change feed and the audit log end now: a watcher starts from here."""
+    return {"change": VectorChange.objects.aggregate(last=Max("id"))["last"] or 0,
+            "audit": AuditLog.objects.aggregate(last=Max("id"))["last"] or 0}
+
+
+def _where(memory_ids: set[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str | None]]:
+    """Namespace and collection of each memory; a deleted one's namespace from its audit rows."""
+    found: dict[uuid.UUID, tuple[str, str | None]] = {
+        memory_id: (namespace, collection)
+        for memory_id, namespace, collection in Memory.objects.filter(id__in=memory_ids).values_list("id", "namespace", "collection")
+    }
+    gone = memory_ids - found.keys()
+    if gone:
+        for memory_id, namespace in AuditLog.objects.filter(memory_id__in=gone).values_list("memory_id", "namespace"):
+            found.setdefault(memory_id, (namespace, None))
+    return found
+
+
+def changes_since(*, change: int, audit: int) -> dict[str, Any]:
+    """What changed after a position (``feed_position``): each memory changed (id, namespace,
+    collection, op; namespace None when nothing tells it any more), each category written or
+    deleted (namespace, name), whether the whole store was replaced (``reset``), and the new
+    position. Reads at most WATCH_BATCH feed rows; ``more`` says whether to read again."""
+    rows = list(VectorChange.objects.filter(id__gt=change).order_by("id").values_list("id", "memory_id", "op")[:WATCH_BATCH])
+    last_audit = AuditLog.objects.aggregate(last=Max("id"))["last"] or audit
+    category_rows = (AuditLog.objects.filter(id__gt=audit, id__lte=last_audit, operation__in=CATEGORY_OPERATIONS)
+                     .order_by("id").values_list("namespace", "details"))
+    changed = {memory_id: op for _, memory_id, op in rows if op != VectorChange.Op.RESET}
+    where = _where(set(changed)) if changed else {}
+    return {
+        "memories": [{"id": str(memory_id), "namespace": where.get(memory_id, (None, None))[0],
+                      "collection": where.get(memory_id, (None, None))[1], "op": op} for memory_id, op in changed.items()],
+        "categories": [{"namespace": namespace, "name": (details or {}).get("name")} for namespace, details in category_rows],
+        "reset": any(op == VectorChange.Op.RESET for _, _, op in rows),
+        "position": {"change": rows[-1][0] if rows else change, "audit": last_audit},
+        "more": len(rows) == WATCH_BATCH,
+    }
 
 
 def feed_prune(*, now: datetime | None = None) -> int:

@@ -23,6 +23,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from bhgbrain_site.errors import Conflict, EmbeddingUnavailable
+from bhgbrain_site.registry import Progress
 from memories import changes, threads
 from memories.embeddings import Embedder, get_embedder
 from memories.models import Memory, Operation
@@ -113,18 +114,28 @@ def _ordered(messages: Sequence[RememberInput], now: datetime) -> list[tuple[int
     return sorted(timed, key=lambda pair: (pair[1].occurred_at, pair[0]))
 
 
-def _embed_batch(texts: list[str]) -> tuple[list[np.ndarray | None], Embedder | None]:
+PROGRESS_SLICE = 16  # messages embedded between two progress reports (only when someone watches)
+
+
+def _embed_batch(texts: list[str], progress: Progress | None = None) -> tuple[list[np.ndarray | None], Embedder | None]:
+    """One vector a text; with ``progress``, embedded in slices so it hears ("embedding", done, total)."""
     embedder = get_embedder()
     if embedder is None:
         return [None] * len(texts), None
+    step = PROGRESS_SLICE if progress is not None else max(len(texts), 1)
+    vectors: list[np.ndarray | None] = []
     try:
-        return list(embedder.embed_passages(texts)), embedder
+        for start in range(0, len(texts), step):
+            vectors.extend(embedder.embed_passages(texts[start:start + step]))
+            if progress is not None:
+                progress("embedding", len(vectors), len(texts))
     except EmbeddingUnavailable:
         logger.warning("embedding unavailable: %d messages stored with vector_synced=false", len(texts))
         return [None] * len(texts), None  # the scheduled vector_sync embeds them
+    return vectors, embedder
 
 
-def _new_rows(fresh: list[Prepared], now: datetime) -> list[Memory]:
+def _new_rows(fresh: list[Prepared], now: datetime, progress: Progress | None = None) -> list[Memory]:
     """Rows for the messages not stored yet, each vector over the turn before it and itself."""
     first = fresh[0].data
     previous = _previous_contents(first, first.occurred_at or now, now)
@@ -132,7 +143,7 @@ def _new_rows(fresh: list[Prepared], now: datetime) -> list[Memory]:
     for prep in fresh:
         texts.append(threads.embedding_text(prep.content, previous))
         previous = [*previous, prep.content][-max(threads.EMBED_BEFORE, 1):]
-    vectors, embedder = _embed_batch(texts)
+    vectors, embedder = _embed_batch(texts, progress)
     rows = []
     for i, (prep, vector) in enumerate(zip(fresh, vectors, strict=True)):
         with_vector = dataclasses.replace(prep, vector=vector, embedder=embedder if vector is not None else None)
@@ -180,15 +191,17 @@ def _outcome(plan: list[tuple[Prepared, Memory | None, int]], rows: list[Memory]
     return out
 
 
-def thread_append(*, messages: Sequence[RememberInput], actor: str) -> list[dict[str, str | None]]:
+def thread_append(*, messages: Sequence[RememberInput], actor: str,
+                  progress: Progress | None = None) -> list[dict[str, str | None]]:
     """Append messages of a thread: embedded in one batch, written in one transaction; each is
     ADD, or NOOP with the existing id when it was stored already (a re-sent batch is all NOOP).
-    The results are in the order the messages were given."""
+    The results are in the order the messages were given. ``progress`` hears ("embedding",
+    embedded, new messages) and then ("stored", messages, messages)."""
     for attempt in range(2):
         now = timezone.now()
         ordered = _ordered(messages, now)
         plan, fresh = _plan([prepare(m) for _, m in ordered])
-        rows = _new_rows(fresh, now) if fresh else []
+        rows = _new_rows(fresh, now, progress) if fresh else []
         try:
             if rows:
                 ensure_collection(rows[0].namespace, rows[0].collection, get_embedder() if rows[0].embedding else None)
@@ -198,6 +211,8 @@ def thread_append(*, messages: Sequence[RememberInput], actor: str) -> list[dict
             if attempt:
                 raise
             continue
+        if progress is not None:
+            progress("stored", len(messages), len(messages))
         results: list[dict[str, str | None]] = [{}] * len(messages)
         for (position, _message), outcome in zip(ordered, _outcome(plan, rows), strict=True):
             results[position] = outcome

@@ -43,6 +43,7 @@ from memories import (
     bootstrap,
     completions,
     curation,
+    feed,
     messages,
     outputs,
     prompts,
@@ -137,7 +138,7 @@ def thread_append(params: ThreadAppendParams, ctx: CallContext) -> dict[str, Any
     namespace = _namespace(params.namespace)
     batch = [_remember_input(m, namespace=namespace, collection=params.collection, thread=params.thread)
              for m in params.messages]
-    results = messages.thread_append(messages=batch, actor=ctx.actor)
+    results = messages.thread_append(messages=batch, actor=ctx.actor, progress=ctx.progress)
     added = sum(r["operation"] == "ADD" for r in results)
     return {"thread": params.thread, "results": results, "added": added, "noop": len(results) - added}
 
@@ -239,7 +240,7 @@ def bootstrap_(params: BootstrapParams, ctx: CallContext) -> dict[str, Any]:
     if params.answers is None:
         raise InvalidInput("answers: required for action submit", field="answers")
     return bootstrap.bootstrap_submit(namespace=params.namespace, section=params.section, answers=params.answers,
-                                      actor=ctx.actor)
+                                      actor=ctx.actor, progress=ctx.progress)
 
 
 class ImportParams(Input):
@@ -274,6 +275,21 @@ def repair_(params: RepairParams, ctx: CallContext) -> dict[str, Any]:
     points_scanned, already_in_sqlite, skipped_no_content, recovered, errors."""
     return repair.repair_from_index(dry_run=params.dry_run, device_id=params.device_id, actor=ctx.actor,
                                     progress=ctx.progress).as_dict()
+
+
+class ChangesParams(Input):
+    change: int | None = Field(default=None, ge=0, le=2**63 - 1)  # the database's integer range
+    audit: int | None = Field(default=None, ge=0, le=2**63 - 1)
+
+
+@operation("changes.since", ChangesParams, whole_store=True, scoped=False, tool=False)
+def changes_since(params: ChangesParams, ctx: CallContext) -> dict[str, Any]:
+    """What changed in the store (memories, categories, a restore) after a position of the change
+    feed and the audit log; without a position, only the current one. Every namespace: the MCP
+    transport's subscription watcher reads it, then tells each subscriber what it may see."""
+    if params.change is None or params.audit is None:
+        return {"position": feed.feed_position()}
+    return feed.changes_since(change=params.change, audit=params.audit)
 
 
 # --------------------------------------------------------------------------- reads (REST, CLI, resources)

@@ -102,4 +102,5 @@ def repair_from_index(*, dry_run: bool, device_id: str | None, actor: str,
                     _insert(memory, actor)
             if progress is not None:
                 progress(name, report.points_scanned, None)
+    logger.info("repair%s: %s", " (dry run)" if dry_run else "", report.as_dict())
     return report

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import struct
@@ -28,6 +29,8 @@ from memories.models import AuditLog, BootstrapSession, Collection, Memory, Memo
 from memories.selectors import iso
 from retention.backup_format import CHUNK, FORMAT_VERSION, PRODUCER, SCHEMA, SUFFIX, BackupInfo, backups_dir, sha256_of
 from retention.models import ArchivedMemory, BackupRecord
+
+logger = logging.getLogger("bhgbrain.retention")
 
 
 @contextlib.contextmanager
@@ -201,4 +204,5 @@ def backup_create(*, actor: str, label: str = "", progress: Progress | None = No
     )
     changes.audit(operation="BACKUP", actor=actor, namespace="*", at=now,
                   details={"path": info.path, "memory_count": memory_count, "size_bytes": info.size_bytes})
+    logger.info("backup created: %s (%d memories, %d bytes)", target.name, memory_count, info.size_bytes)
     return info

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import shutil
 import sqlite3
 import tempfile
@@ -32,6 +33,8 @@ from memories.normalize import checksum
 from retention.backup_export import backup_create, model_header
 from retention.backup_format import CHUNK, SUFFIX, backups_dir, read_header
 from retention.models import ArchivedMemory
+
+logger = logging.getLogger("bhgbrain.retention")
 
 _restore_lock = threading.Lock()
 
@@ -309,6 +312,8 @@ def _restore_from(source: Path, actor: str, progress: Progress | None) -> dict[s
         finally:
             db.close()
     pending = Memory.objects.filter(vector_synced=False, archived=False).count()
+    logger.info("backup restored: %s (%d memories, %d duplicates skipped; the previous store saved as %s)",
+                source.name, restored, skipped, Path(previous.path).name)
     return {
         "memory_count": restored, "activated": True, "previous_backup": previous.path,
         "duplicates_skipped": skipped, "vectors_pending": pending,
