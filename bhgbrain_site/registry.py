@@ -434,13 +434,12 @@ def get_prompt(name: str, arguments: Mapping[str, str] | None, ctx: CallContext)
 
 
 def completion_kind(*, prompt_name: str | None = None, template: str | None = None, argument: str) -> str | None:
-    """The kind of value an argument of a prompt (or a variable of a URI template) takes."""
+    """The kind of value an argument of a prompt (or a variable of a URI template) takes; None for
+    an unknown prompt, template or argument (a completion is a hint: it has nothing to offer)."""
     _load()
     if prompt_name is not None:
         found = _prompts.get(prompt_name)
-        if found is None:
-            raise NotFound(f"Unknown prompt: {prompt_name[:ERROR_ECHO_MAX]}")
-        return found.completes.get(argument)
+        return None if found is None else found.completes.get(argument)
     return _resource_completions.get((template or "", argument))
 
 

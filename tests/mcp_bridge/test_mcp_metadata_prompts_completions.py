@@ -165,9 +165,8 @@ async def _everything(session: ClientSession) -> dict[str, Any]:
     memory_id = (await _every_tool(session))["memory_id"]
     seen.update(await _prompts(session, memory_id))
     seen["completions"] = await _completions(session, memory_id)
-    with pytest.raises(MCPError) as raised:
-        await _complete(session, _prompt_ref("teleport"), "namespace", "")
-    seen["complete_unknown_prompt"] = raised.value.code
+    # a completion is a hint: an unknown prompt has nothing to offer (the conformance suite asks for one)
+    seen["complete_unknown_prompt"] = await _complete(session, _prompt_ref("teleport"), "namespace", "")
     return seen
 
 
@@ -221,7 +220,7 @@ def _check(seen: dict[str, Any]) -> None:
     assert seen["memory_id"] in done["memory"].values and seen["memory_id"] in done["memory_dashes"].values
     assert all(v.startswith(seen["memory_id"][:6]) for v in done["memory"].values)
     assert done["memory_bad"].values == [] and done["no_kind"].values == []
-    assert seen["complete_unknown_prompt"] == types.INVALID_PARAMS
+    assert seen["complete_unknown_prompt"].values == [] and seen["complete_unknown_prompt"].total == 0
 
 
 def test_stdio_session_sees_metadata_prompts_and_completions(tmp_path: Path) -> None:
