@@ -13,6 +13,12 @@ process's SSE streams. Each POST stream starts with a priming event (an id, empt
 ``Last-Event-ID`` and gets the events it missed, its own session's only. The store is in memory:
 with several workers the MCP endpoint is stateless (no sessions, no event store), since the next
 request may reach another process.
+
+**A session belongs to its caller.** The SDK would let anyone who holds a session id use the
+session (it binds one to a credential only through Starlette's ``scope["user"]``, which this
+shell does not set). :class:`SessionOwners` remembers which principal opened each session and
+answers a request that carries another principal's session id as if the id were unknown (404):
+its subscriptions, log level and replayable events stay its opener's.
 """
 from __future__ import annotations
 
@@ -28,7 +34,9 @@ from mcp.server.streamable_http import GET_STREAM_KEY, EventCallback, EventId, E
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import JSONRPCMessage
 
+from bhgbrain_site.registry import Principal
 from mcp_bridge.notifications import STREAMED_KEY
+from mcp_bridge.server import PRINCIPAL_SCOPE_KEY
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -55,6 +63,37 @@ _session: contextvars.ContextVar[_Session | None] = contextvars.ContextVar("bhgb
 def _session_id() -> str | None:
     session = _session.get()
     return session.id if session is not None else None
+
+
+class SessionOwners:
+    """Which principal opened each session of this process (the newest ``kept``)."""
+
+    def __init__(self, kept: int = 10_000) -> None:
+        self.kept = kept
+        self.owners: OrderedDict[str, Principal | None] = OrderedDict()
+
+    def opened(self, session_id: str, principal: Principal | None) -> None:
+        self.owners[session_id] = principal
+        while len(self.owners) > self.kept:
+            self.owners.popitem(last=False)
+
+    def closed(self, session_id: str) -> None:
+        self.owners.pop(session_id, None)
+
+    def refuses(self, session_id: str, principal: Principal | None) -> bool:
+        """Whether a request by ``principal`` must not use the session (another caller opened it)."""
+        return session_id in self.owners and self.owners[session_id] != principal
+
+
+_UNKNOWN_SESSION = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+    "code": -32600, "message": "Not Found: Invalid or expired session ID"}}).encode()
+
+
+async def _unknown_session(send: Send) -> None:
+    """The SDK's answer to a session id it does not know."""
+    await send({"type": "http.response.start", "status": 404, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(_UNKNOWN_SESSION)).encode())]})
+    await send({"type": "http.response.body", "body": _UNKNOWN_SESSION})
 
 
 class _JsonUnlessStreamed:
@@ -107,15 +146,21 @@ async def _read_body(receive: Receive) -> tuple[list[dict[str, Any]], bytes]:
             return messages, b"".join(chunks)
 
 
-def response_mode(app: Callable[..., Awaitable[None]], *, sessions: bool) -> Callable[..., Awaitable[None]]:
-    """ASGI wrapper around the SDK's app: decides JSON or SSE for each POST, and which session
-    each request belongs to (for the event store)."""
+def response_mode(app: Callable[..., Awaitable[None]], *, sessions: bool,
+                  owners: SessionOwners | None = None) -> Callable[..., Awaitable[None]]:
+    """ASGI wrapper around the SDK's app: decides JSON or SSE for each POST, which session each
+    request belongs to (for the event store), and refuses another caller's session."""
+    owners = owners or SessionOwners()
 
     async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
+        principal = scope.get(PRINCIPAL_SCOPE_KEY)
         session = _Session(_header(scope, SESSION_HEADER))
+        if session.id is not None and owners.refuses(session.id, principal):
+            await _unknown_session(send)
+            return
         session_token = _session.set(session)
         streamed, downstream = scope.get("method") == "GET", receive
         if scope.get("method") == "POST":
@@ -133,6 +178,10 @@ def response_mode(app: Callable[..., Awaitable[None]], *, sessions: bool) -> Cal
             if message["type"] == "http.response.start" and session.id is None:
                 session.id = next((v.decode("latin-1") for k, v in message.get("headers", []) if k.lower() == SESSION_HEADER),
                                   None)
+                if session.id is not None:
+                    owners.opened(session.id, principal)
+            elif message["type"] == "http.response.start" and scope.get("method") == "DELETE" and message["status"] < 300:
+                owners.closed(session.id)
             await send(message)
 
         try:

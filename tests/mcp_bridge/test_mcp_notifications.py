@@ -309,3 +309,26 @@ def test_a_lost_stream_is_resumed_with_last_event_id(live: LiveServer) -> None:
 
         assert client.delete("/mcp", headers=session).status_code == 200
         assert client.post("/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "ping"}, headers=session).status_code == 404
+
+
+def test_a_session_belongs_to_the_caller_that_opened_it(live: LiveServer) -> None:
+    """Alice's session id in another caller's request is an unknown session (404): the other
+    caller cannot ride on alice's subscriptions, log level or replayable streams."""
+    alice = {"Authorization": f"Bearer {live.alice}", "Accept": "application/json, text/event-stream",  # type: ignore[attr-defined]
+             "Content-Type": "application/json", "MCP-Protocol-Version": "2025-11-25"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    with httpx.Client(base_url=live.url, timeout=60) as client:
+        with client.stream("POST", "/mcp", json=init, headers=alice) as opened:
+            session_id = opened.headers["mcp-session-id"]
+            list(opened.iter_lines())
+        alices = {**alice, "Mcp-Session-Id": session_id}
+        client.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=alices)
+        as_master = {**alices, "Authorization": f"Bearer {MASTER}"}
+        refused = client.post("/mcp", json=ping, headers=as_master)
+        assert refused.status_code == 404 and "session" in refused.json()["error"]["message"].lower()
+        assert client.get("/mcp", headers=as_master).status_code == 404  # nor its notification stream
+        assert client.delete("/mcp", headers=as_master).status_code == 404  # nor may it end the session
+        assert client.post("/mcp", json=ping, headers=alices).status_code == 200  # still alice's
+        assert client.delete("/mcp", headers=alices).status_code == 200
