@@ -23,6 +23,7 @@ from bhgbrain_site import registry
 from bhgbrain_site.errors import to_envelope
 from bhgbrain_site.registry import CallContext, Principal
 from mcp_bridge import notifications, prompts, subscriptions
+from mcp_bridge.schemas import lean_schema
 
 logger = logging.getLogger("bhgbrain.mcp")
 
@@ -73,9 +74,15 @@ def _annotations(op: registry.Operation) -> types.ToolAnnotations:
 def tool_definitions() -> list[types.Tool]:
     return [
         types.Tool(name=t.name, title=t.title, description=t.description, input_schema=t.input_model.model_json_schema(),
-                   output_schema=t.output_schema(), annotations=_annotations(t))
+                   output_schema=_output_schema(t), annotations=_annotations(t))
         for t in registry.tools()
     ]
+
+
+def _output_schema(operation: registry.Operation) -> dict[str, Any] | None:
+    """The operation's output schema in the form clients validate fastest (mcp_bridge/schemas.py)."""
+    schema = operation.output_schema()
+    return None if schema is None else lean_schema(schema)
 
 
 def _run_tool(name: str, arguments: dict[str, Any], caller: CallContext) -> types.CallToolResult:
