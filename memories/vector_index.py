@@ -11,6 +11,10 @@ of the best, and re-scores only those exactly. Centring does not change a query'
 (q·(x-μ) = q·x - q·μ, the same shift for every x), so only the discarded minor axes can
 reorder candidates; bench/search_latency.py measures how often the top 10 scores still equal
 the exact scan's (docs/operations.md).
+
+A new process opens the last persisted snapshot of the index (memories.snapshots: the arrays
+memory-mapped copy-on-write, shared between processes) and replays only the feed after it;
+snapshots are written in the background after a full load and as changes accumulate.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from datetime import datetime
 import numpy as np
 from django.db import DatabaseError
 
+from memories import snapshots
 from memories.embeddings import from_bytes, get_embedder
 from memories.feed import FeedReader, discarded_on_failure
 from memories.models import Memory
@@ -75,6 +80,8 @@ class EmbeddedVectorIndex:
         self._applied: set[int] = set()  # change ids this process already applied itself
         self._projection: Projection | None = None
         self._sketch_dims = dimensions // SKETCH_RATIO
+        self._keeper = snapshots.Keeper("vector")
+        self.loaded_from: str | None = None  # "database" or "snapshot", once loaded
         self._reset_arrays()
 
     def _reset_arrays(self) -> None:
@@ -164,7 +171,8 @@ class EmbeddedVectorIndex:
             if vector.shape[0] == self.dimensions:
                 until = expires_at.timestamp() if decay_eligible and expires_at is not None else _INF
                 self._put(str(memory_id), vector, namespace, collection, until, bool(thread))
-        self._loaded = True
+        self._loaded, self.loaded_from = True, "database"
+        self._keeper.loaded()
 
     def _reserve(self, count: int) -> None:
         """Grow once to the needed size (+10 %) instead of doubling step by step."""
@@ -188,7 +196,7 @@ class EmbeddedVectorIndex:
         self._projection = None
 
     def _apply_feed(self) -> None:
-        if not self._loaded:
+        if not self._loaded and not self._open_snapshot():
             self._load()
             return
         changes = self._feed.read()
@@ -212,6 +220,58 @@ class EmbeddedVectorIndex:
                 self._drop(str(memory_id))
             else:
                 self._put_memory(memory)
+        self._keeper.note(len(ids))
+
+    # Rows are written in place (copy-on-write pages); the projection is only ever replaced.
+    _WRITABLE = frozenset({"matrix", "ns", "coll", "threaded", "live", "sketch"})
+
+    def _snapshot_params(self) -> dict[str, object]:
+        return {"index": "embedded-vector", "model_id": self.model_id, "dimensions": self.dimensions,
+                "sketch_dims": self._sketch_dims}
+
+    def _open_snapshot(self) -> bool:
+        """Take the rows from this store's snapshot (the caller replays the feed after it)."""
+        snapshot = snapshots.read("vector", self._snapshot_params(), self._WRITABLE)
+        if snapshot is None:
+            return False
+        arrays, ids = snapshot.arrays, snapshot.texts.get("ids", [])
+        columns = ("matrix", "ns", "coll", "threaded", "live")
+        if any(arrays.get(key) is None or len(arrays[key]) != len(ids) for key in columns):
+            snapshots.logger.warning("vector index: snapshot arrays disagree in length, loading from the database")
+            return False
+        self._reset_arrays()
+        self._matrix, self._ns, self._coll, self._threaded, self._live = (arrays[key] for key in columns)
+        self._ids = [memory_id or None for memory_id in ids]
+        self._rows = {memory_id: row for row, memory_id in enumerate(ids) if memory_id}
+        self._free = [row for row in range(len(ids) - 1, -1, -1) if not ids[row]]
+        self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
+        self._top = int(snapshot.meta["top"])
+        if "basis" in arrays:
+            self._projection = Projection(arrays["mean"], arrays["basis"], int(snapshot.meta["fitted_rows"]))
+            self._sketch = arrays["sketch"]
+        self._feed.resume(snapshot.position.change_id, snapshot.position.memory_id)
+        self._loaded, self.loaded_from = True, "snapshot"
+        self._keeper.opened(0)
+        return True
+
+    def _capture(self) -> snapshots.Capture | None:
+        """A copy of the rows and their feed position (under the lock, so they agree)."""
+        with self._lock:
+            if not self._loaded or (self._feed.last_change and self._feed.last_memory_id is None):
+                return None
+            arrays = {"matrix": self._matrix.copy(), "ns": self._ns.copy(), "coll": self._coll.copy(),
+                      "threaded": self._threaded.copy(), "live": self._live.copy()}
+            meta: dict[str, object] = {**self._snapshot_params(), "codes": dict(self._codes), "top": self._top}
+            if self._projection is not None:
+                arrays |= {"sketch": self._sketch.copy(), "mean": self._projection.mean, "basis": self._projection.basis}
+                meta["fitted_rows"] = self._projection.fitted_rows
+            ids = [memory_id or "" for memory_id in self._ids]
+            position = snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id)
+        return snapshots.Capture(arrays, {"ids": ids}, meta, position)
+
+    def save_snapshot(self) -> bool:
+        """Write the snapshot now, on this thread (the background writer does the same)."""
+        return self._keeper.save_now(self._capture)
 
     def upsert(self, memory: Memory, *, change_id: int | None = None) -> None:
         with self._lock:
@@ -232,6 +292,7 @@ class EmbeddedVectorIndex:
         sketch (what the sketch is measured against)."""
         with self._lock:
             self._catch_up()
+            self._keeper.maybe_start(self._capture)
             ns_code = self._codes.get("n:" + namespace)
             if ns_code is None:
                 return []
@@ -330,6 +391,11 @@ class EmbeddedVectorIndex:
     def feed(self) -> FeedReader:
         """This index's position in the change feed."""
         return self._feed
+
+    @property
+    def snapshot_keeper(self) -> snapshots.Keeper:
+        """When this index writes its snapshot (its background thread, for tests to wait on)."""
+        return self._keeper
 
 
 _index: VectorIndex | None = None
