@@ -368,7 +368,8 @@ class EmbeddedVectorIndex:
             return len(self._rows)
 
     def health(self) -> tuple[str, str]:
-        state = f"{len(self._rows)} vectors loaded" if self._loaded else "loads on first search"
+        source = " from a snapshot" if self.loaded_from == "snapshot" else ""
+        state = f"{len(self._rows)} vectors loaded{source}" if self._loaded else "loads on first search"
         sketch = ", sketch prefilter" if self._projection is not None else ""
         return "healthy", f"embedded cosine ({state}{sketch})"
 
