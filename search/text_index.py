@@ -290,19 +290,19 @@ class TextIndex:
         return True
 
     def _capture(self) -> snapshots.Capture | None:
-        """Rows and posting lists with their feed position: copied under the lock (the mapped
-        snapshot arrays are never written, so they are only referenced), assembled outside it."""
+        """Rows and posting lists with their feed position, copied under the lock into a few
+        large arrays (not one small copy per term: those would stay in the heap afterwards)."""
         with self._lock:
             if not self._loaded or (self._feed.last_change and self._feed.last_memory_id is None):
                 return None
             columns = {key: np.frombuffer(getattr(self, attribute), dtype=dtype).copy()
                        for key, attribute, dtype in self._COLUMNS}
-            own = {term: (bytes(rows), bytes(tfs)) for term, (rows, tfs) in self._postings.items()}
-            mapped = (self._snap_terms, self._snap_rows, self._snap_tfs, self._snap_offsets)
+            # The views of the RAM lists are gone when this returns: no append can meet them.
+            terms, post_rows, post_tfs, offsets = _merged_postings(
+                self._postings, self._snap_terms, self._snap_rows, self._snap_tfs, self._snap_offsets)
             ids = list(self._ids)
             meta: dict[str, object] = {**self._snapshot_params(), "codes": dict(self._codes), "dead": self._dead}
             position = snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id)
-        terms, post_rows, post_tfs, offsets = _merged_postings(own, *mapped)
         arrays = {**columns, "post_rows": post_rows, "post_tfs": post_tfs, "post_offsets": offsets}
         return snapshots.Capture(arrays, {"ids": ids, "terms": terms}, meta, position)
 
@@ -316,7 +316,7 @@ class TextIndex:
         return self._keeper
 
 
-def _merged_postings(own: dict[str, tuple[bytes, bytes]], mapped_terms: dict[str, int], mapped_rows: np.ndarray,
+def _merged_postings(own: dict[str, tuple[array, array]], mapped_terms: dict[str, int], mapped_rows: np.ndarray,
                      mapped_tfs: np.ndarray, mapped_offsets: np.ndarray,
                      ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """Every term's posting list, one after another: the RAM copies win over the mapped ones."""
@@ -337,7 +337,10 @@ def _merged_postings(own: dict[str, tuple[bytes, bytes]], mapped_terms: dict[str
     offsets[1:] = np.cumsum([len(part) for part in rows], dtype=np.int64)
     if not rows:
         return terms, np.zeros(0, np.int32), np.zeros(0, np.float32), offsets
-    return terms, np.concatenate(rows).astype(np.int32, copy=False), np.concatenate(tfs).astype(np.float32, copy=False), offsets
+    merged = terms, np.concatenate(rows), np.concatenate(tfs), offsets
+    rows.clear()  # drop the views of the RAM lists now (see the module docstring)
+    tfs.clear()
+    return merged
 
 
 def _raw(values: np.ndarray) -> memoryview:
