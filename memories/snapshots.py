@@ -352,7 +352,9 @@ class Keeper:
         root, name, birth = target
         try:
             state = capture()
-            if state is not None:
+            if state is None:
+                self.pending = max(self.pending, WRITE_AFTER_CHANGES)  # changed shape meanwhile: the next search retries
+            else:
                 started = time.monotonic()
                 if write(root, name, state, birth):
                     logger.info("%s index: snapshot written at feed position %d in %.2f s", self.kind,

@@ -81,6 +81,7 @@ class EmbeddedVectorIndex:
         self._projection: Projection | None = None
         self._sketch_dims = dimensions // SKETCH_RATIO
         self._keeper = snapshots.Keeper("vector")
+        self._dirty: set[int] | None = None  # rows written while a snapshot capture copies the vectors
         self.loaded_from: str | None = None  # "database" or "snapshot", once loaded
         self._reset_arrays()
 
@@ -124,6 +125,8 @@ class EmbeddedVectorIndex:
             self._rows[memory_id] = row
             self._ids[row] = memory_id
         self._matrix[row] = vector
+        if self._dirty is not None:
+            self._dirty.add(row)
         if self._projection is not None:
             self._sketch[row] = self._projection.apply(vector)
         self._ns[row] = self._code("n:" + namespace)
@@ -254,19 +257,55 @@ class EmbeddedVectorIndex:
         self._keeper.opened(0)
         return True
 
+    _CAPTURE_ROWS = 8192  # rows of the vectors (and sketch) copied per hold of the lock
+
     def _capture(self) -> snapshots.Capture | None:
-        """A copy of the rows and their feed position (under the lock, so they agree)."""
+        """A copy of the rows and their feed position. The vectors and the sketch are copied a
+        chunk per hold of the lock, so searches go on in between; rows written meanwhile are noted
+        (``_dirty``) and copied again at the end, under the hold that also takes the small arrays
+        and the feed position, so they all agree. None when there is nothing consistent to take
+        (not loaded, or the arrays were replaced meanwhile: grown, refitted, reloaded)."""
         with self._lock:
-            if not self._loaded or (self._feed.last_change and self._feed.last_memory_id is None):
+            if not self._capturable() or self._dirty is not None:  # not loaded, or a capture runs already
                 return None
-            arrays = {"matrix": self._matrix.copy(), "ns": self._ns.copy(), "coll": self._coll.copy(),
-                      "threaded": self._threaded.copy(), "live": self._live.copy()}
-            meta: dict[str, object] = {**self._snapshot_params(), "codes": dict(self._codes), "top": self._top}
-            if self._projection is not None:
-                arrays |= {"sketch": self._sketch.copy(), "mean": self._projection.mean, "basis": self._projection.basis}
-                meta["fitted_rows"] = self._projection.fitted_rows
-            ids = [memory_id or "" for memory_id in self._ids]
-            position = snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id)
+            big = {"matrix": self._matrix, **({"sketch": self._sketch} if self._projection is not None else {})}
+            copies = {key: np.empty(array.shape, dtype=array.dtype) for key, array in big.items()}
+            self._dirty = set()
+        try:
+            for start in range(0, len(big["matrix"]), self._CAPTURE_ROWS):
+                with self._lock:
+                    if not self._holds(big):
+                        return None
+                    for key, array in big.items():
+                        copies[key][start:start + self._CAPTURE_ROWS] = array[start:start + self._CAPTURE_ROWS]
+            with self._lock:
+                if not self._holds(big) or not self._capturable():
+                    return None
+                dirty = np.fromiter(self._dirty, dtype=np.int64, count=len(self._dirty))
+                for key, array in big.items():
+                    copies[key][dirty] = array[dirty]
+                return self._captured(copies)
+        finally:
+            with self._lock:
+                self._dirty = None
+
+    def _capturable(self) -> bool:
+        """Loaded, at a feed position whose row is known."""
+        return self._loaded and not (self._feed.last_change and self._feed.last_memory_id is None)
+
+    def _holds(self, big: dict[str, np.ndarray]) -> bool:
+        """Whether the index still holds the arrays a capture is copying."""
+        return self._matrix is big["matrix"] and (self._sketch is big["sketch"] if "sketch" in big else self._projection is None)
+
+    def _captured(self, copies: dict[str, np.ndarray]) -> snapshots.Capture:
+        arrays = {"matrix": copies["matrix"], "ns": self._ns.copy(), "coll": self._coll.copy(),
+                  "threaded": self._threaded.copy(), "live": self._live.copy()}
+        meta: dict[str, object] = {**self._snapshot_params(), "codes": dict(self._codes), "top": self._top}
+        if self._projection is not None:
+            arrays |= {"sketch": copies["sketch"], "mean": self._projection.mean, "basis": self._projection.basis}
+            meta["fitted_rows"] = self._projection.fitted_rows
+        ids = [memory_id or "" for memory_id in self._ids]
+        position = snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id)
         return snapshots.Capture(arrays, {"ids": ids}, meta, position)
 
     def save_snapshot(self) -> bool:

@@ -13,6 +13,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -20,7 +21,7 @@ from django.utils import timezone
 
 from memories import changes, snapshots, vector_index
 from memories.feed import feed_prune
-from memories.models import VectorChange
+from memories.models import Memory, VectorChange
 from memories.services import memory_forget
 from memories.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B
 from memories.text import analyze_query
@@ -308,3 +309,29 @@ def test_another_process_shares_the_snapshot(hash_embedder, snapshot_dir) -> Non
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"semantic": expected_semantic, "fulltext": expected_text, "from": ["snapshot", "snapshot"],
                       "mapped": True}
+
+
+def test_a_row_written_while_the_vectors_are_copied_is_in_the_snapshot(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
+    """The vectors are copied a chunk per hold of the lock; a row written between two chunks,
+    after its own chunk was copied, is copied again before the capture ends."""
+    ids = _store(hash_embedder)
+    index = _vector_index(hash_embedder)
+    _semantic(index, hash_embedder, "x", namespace="alice")
+    _settled(index)
+    memory = Memory.objects.get(id=ids["kept"])
+    row = index._rows[ids["kept"]]  # noqa: SLF001
+    replacement = hash_embedder.embed_passage("an entirely different text")
+    memory.embedding = replacement.astype(np.float32).tobytes()
+    monkeypatch.setattr(index, "_CAPTURE_ROWS", 1)
+    holds, chunks = index._holds, []  # noqa: SLF001
+
+    def write_after_its_chunk(big: dict[str, np.ndarray]) -> bool:
+        chunks.append(1)
+        if len(chunks) == row + 2:  # the row's own chunk is copied: another request writes it now
+            index.upsert(memory)
+        return holds(big)
+
+    monkeypatch.setattr(index, "_holds", write_after_its_chunk)
+    capture = index._capture()  # noqa: SLF001
+    assert capture is not None and len(chunks) > row + 2
+    assert np.array_equal(capture.arrays["matrix"][row], replacement)
