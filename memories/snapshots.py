@@ -199,7 +199,7 @@ class Rejected(Exception):
     """Why a snapshot on disk is not used (logged; the index is rebuilt from the database)."""
 
 
-def _check_manifest(manifest: dict[str, Any] | None, expect: dict[str, Any]) -> None:
+def _check_manifest(manifest: dict[str, Any] | None, expect: dict[str, Any], required: tuple[str, ...]) -> None:
     if manifest is None:
         raise Rejected("no readable manifest")
     if manifest.get("format") != FORMAT_VERSION:
@@ -208,6 +208,9 @@ def _check_manifest(manifest: dict[str, Any] | None, expect: dict[str, Any]) -> 
     for key, wanted in expect.items():
         if meta.get(key) != wanted:
             raise Rejected(f"{key} is {meta.get(key)!r}, the index wants {wanted!r}")
+    missing = [key for key in required if key not in meta]
+    if missing or not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("position"), dict):
+        raise Rejected(f"the manifest lacks {', '.join(missing) or 'its files or position'}")
 
 
 def _open_file(path: Path, entry: dict[str, Any], mmap_mode: str) -> np.ndarray | list[str]:
@@ -230,9 +233,9 @@ def _open_file(path: Path, entry: dict[str, Any], mmap_mode: str) -> np.ndarray 
     return np.asarray(array)  # a plain ndarray over the same mapped pages
 
 
-def _open(root: Path, name: str, expect: dict[str, Any], writable: frozenset[str]) -> Capture:
+def _open(root: Path, name: str, expect: dict[str, Any], required: tuple[str, ...], writable: frozenset[str]) -> Capture:
     manifest = _manifest(root, name)
-    _check_manifest(manifest, expect)
+    _check_manifest(manifest, expect, required)
     assert manifest is not None
     folder = root / str(manifest.get("directory", ""))
     arrays: dict[str, np.ndarray] = {}
@@ -272,8 +275,10 @@ def _check_position(position: FeedPosition, captured_at: float, birth: str) -> N
         raise Rejected("the feed no longer continues from its position")
 
 
-def read(kind: str, expect: dict[str, Any], writable: frozenset[str] = frozenset()) -> Capture | None:
-    """The valid snapshot of this store's ``kind`` index, or None (missing or rejected, logged)."""
+def read(kind: str, expect: dict[str, Any], required: tuple[str, ...] = (),
+         writable: frozenset[str] = frozenset()) -> Capture | None:
+    """The valid snapshot of this store's ``kind`` index, or None (missing or rejected, logged).
+    ``expect``: meta values it must have; ``required``: meta keys it must hold."""
     if not enabled():
         return None
     root, name = directory(), snapshot_name(kind)
@@ -282,7 +287,12 @@ def read(kind: str, expect: dict[str, Any], writable: frozenset[str] = frozenset
         return None
     for attempt in range(2):  # a writer may replace it between reading the manifest and its files
         try:
-            snapshot = _open(root, name, expect, writable)
+            snapshot = _open(root, name, expect, required, writable)
+        except (OSError, ValueError, KeyError, TypeError, EOFError):
+            # Past its checksums yet unreadable (a writer's bug, a hand-edited manifest): rebuild,
+            # or every search would fail on it again.
+            logger.warning("%s index: snapshot %s unreadable, loading from the database", kind, name, exc_info=True)
+            return None
         except Rejected as exc:
             if attempt == 0 and "missing" in str(exc):
                 continue

@@ -234,12 +234,13 @@ class EmbeddedVectorIndex:
 
     def _open_snapshot(self) -> bool:
         """Take the rows from this store's snapshot (the caller replays the feed after it)."""
-        snapshot = snapshots.read("vector", self._snapshot_params(), self._WRITABLE)
+        snapshot = snapshots.read("vector", self._snapshot_params(), ("codes", "top"), self._WRITABLE)
         if snapshot is None:
             return False
         arrays, ids = snapshot.arrays, snapshot.texts.get("ids", [])
         columns = ("matrix", "ns", "coll", "threaded", "live")
-        if any(arrays.get(key) is None or len(arrays[key]) != len(ids) for key in columns):
+        if any(arrays.get(key) is None or len(arrays[key]) != len(ids) for key in columns) or \
+                arrays["matrix"].shape[1:] != (self.dimensions,):
             snapshots.logger.warning("vector index: snapshot arrays disagree in length, loading from the database")
             return False
         self._reset_arrays()
@@ -249,8 +250,8 @@ class EmbeddedVectorIndex:
         self._free = [row for row in range(len(ids) - 1, -1, -1) if not ids[row]]
         self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
         self._top = int(snapshot.meta["top"])
-        if "basis" in arrays:
-            self._projection = Projection(arrays["mean"], arrays["basis"], int(snapshot.meta["fitted_rows"]))
+        if {"sketch", "mean", "basis"} <= arrays.keys() and len(arrays["sketch"]) == len(ids):
+            self._projection = Projection(arrays["mean"], arrays["basis"], int(snapshot.meta.get("fitted_rows", 0)))
             self._sketch = arrays["sketch"]
         self._feed.resume(snapshot.position.change_id, snapshot.position.memory_id)
         self._loaded, self.loaded_from = True, "snapshot"

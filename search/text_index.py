@@ -265,7 +265,7 @@ class TextIndex:
 
     def _open_snapshot(self) -> bool:
         """Take the rows and posting lists from this store's snapshot (the feed after it is replayed next)."""
-        snapshot = snapshots.read("text", self._snapshot_params())
+        snapshot = snapshots.read("text", self._snapshot_params(), ("codes", "dead"))
         if snapshot is None:
             return False
         arrays, ids, terms = snapshot.arrays, snapshot.texts.get("ids", []), snapshot.texts.get("terms", [])

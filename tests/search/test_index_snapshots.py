@@ -202,14 +202,18 @@ def test_a_corrupt_snapshot_is_rejected_and_rebuilt(hash_embedder, snapshot_dir,
     assert "fails its checksum" in caplog.text and "wrong size" in caplog.text
 
 
-def test_a_snapshot_whose_checksums_match_but_shape_lies_is_rejected(hash_embedder, snapshot_dir, caplog) -> None:  # noqa: ANN001
+def test_a_snapshot_whose_manifest_lies_is_rejected(hash_embedder, snapshot_dir, caplog) -> None:  # noqa: ANN001
     ids = _saved_pair(hash_embedder)
     manifest_path = next(snapshot_dir.glob("vector-*.json"))
     manifest = json.loads(manifest_path.read_text())
     manifest["files"]["matrix.npy"]["shape"][0] += 1
     manifest_path.write_text(json.dumps(manifest))
-    assert _rebuilt_correctly(hash_embedder, ids)[0] == "database"
-    assert "matrix.npy has shape" in caplog.text
+    text_manifest_path = next(snapshot_dir.glob("text-*.json"))
+    text_manifest = json.loads(text_manifest_path.read_text())
+    del text_manifest["meta"]["codes"]
+    text_manifest_path.write_text(json.dumps(text_manifest))
+    assert _rebuilt_correctly(hash_embedder, ids) == ("database", "database")
+    assert "matrix.npy has shape" in caplog.text and "the manifest lacks codes" in caplog.text
 
 
 def test_a_snapshot_of_another_model_or_version_is_rejected(hash_embedder, snapshot_dir, monkeypatch, caplog) -> None:  # noqa: ANN001
