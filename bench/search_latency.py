@@ -7,7 +7,10 @@ For every store size N it prints p50/p95/p99/mean latency and throughput of
 4. ``memories.services.memory_remember`` with new distinct sentences on a store of that size,
 
 plus a per-step split of each search mode (query embedding, vector search, FTS query, row loading),
-the first search of each mode after a cold vector index, the bulk-load time and the process RSS.
+the first search of each mode after a cold vector index, the bulk-load time and the process RSS, and the
+*cold start*: the first search of each mode in a new process opening the store (bench/cold_start.py),
+once with the index snapshots this process wrote after its load (``cold_start_ms``) and once without
+(``cold_start_no_snapshot_ms``), with that process's RSS after them.
 
 Loading 100k memories through the write pipeline would take hours (the model embeds 15-30 passages/s
 on 2 cores), so the store is bulk-loaded: a few thousand distinct sentences are embedded once with the
@@ -542,6 +545,11 @@ def wipe_store() -> None:
         for table in tables:
             cursor.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
     reset_vector_index()
+    # The tables were emptied around the write funnel (no RESET in the feed): the last size's
+    # index snapshots would pass for this store's.
+    from memories.snapshots import directory
+
+    shutil.rmtree(directory(), ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- bulk load
@@ -882,6 +890,31 @@ def first_searches(question: str, namespace: str) -> dict[str, float]:
     return out
 
 
+def settle_snapshots() -> None:
+    """Wait for the snapshots this process's indexes write in the background after their load."""
+    from memories.vector_index import get_vector_index
+    from search import text_index
+
+    for index in (get_vector_index(), text_index._index):  # noqa: SLF001 - the process's own text index
+        keeper = getattr(index, "snapshot_keeper", None)
+        if keeper is not None and keeper.thread is not None:
+            keeper.thread.join()
+
+
+def cold_starts(question: str, namespace: str) -> dict[str, dict[str, Any]]:
+    """The first searches of a new process on this store, with the index snapshots and without."""
+    settle_snapshots()
+    out: dict[str, dict[str, Any]] = {}
+    for label, extra in (("snapshot", []), ("no_snapshot", ["--no-snapshots"])):
+        command = [sys.executable, str(REPO_ROOT / "bench" / "cold_start.py"), "--namespace", namespace,
+                   "--question", question, *extra]
+        done = subprocess.run(command, capture_output=True, text=True, check=False, env=os.environ)  # noqa: S603
+        if done.returncode != 0:
+            raise SystemExit(f"bench/cold_start.py failed:\n{done.stderr[-4000:]}")
+        out[label] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
 # --------------------------------------------------------------------------- one store size
 
 
@@ -942,6 +975,8 @@ def run_size(size: int, args: argparse.Namespace, work: Workload, embedder: Embe
     after_load = memory_snapshot()
     first = first_searches(work.warmup_questions[0], namespaces[0])
     after_index = memory_snapshot()
+    print(f"[size {size}] cold start: a new process, with and without the index snapshots", file=sys.stderr)
+    cold = cold_starts(work.warmup_questions[1], namespaces[0])
 
     phases: dict[str, Phase] = {}
     for mode in MODES:
@@ -964,6 +999,11 @@ def run_size(size: int, args: argparse.Namespace, work: Workload, embedder: Embe
         "bulk_load_s": load_s,
         "bulk_load_per_s": size / load_s,
         "first_search_ms": first,
+        "cold_start_ms": cold["snapshot"]["first_search_ms"],
+        "cold_start_no_snapshot_ms": cold["no_snapshot"]["first_search_ms"],
+        "cold_start_rss_mib": cold["snapshot"]["rss_mib"],
+        "cold_start_no_snapshot_rss_mib": cold["no_snapshot"]["rss_mib"],
+        "cold_start": cold,
         "vector_top10_vs_exact": agreement,
         "memory_after_load": asdict(after_load),
         "memory_after_index_load": asdict(after_index),
@@ -1018,6 +1058,11 @@ def print_size(result: dict[str, Any]) -> None:
     first = result["first_search_ms"]
     print("  first search after an index reset      " + "  ".join(f"{m} {first[m]:.0f} ms" for m in MODES)
           + "  (the first to need an index loads it)")
+    for label, key in (("cold start, new process, snapshot", "snapshot"), ("cold start, new process, no snapshot", "no_snapshot")):
+        cold = result["cold_start"][key]
+        cells = "  ".join(f"{m} {cold['first_search_ms'][m]:.0f} ms" for m in MODES)
+        print(f"  {label:<38} {cells}  RSS {_fmt(cold['rss_mib'], '.0f')} MiB (private "
+              f"{_fmt(cold['rss_anon_mib'], '.0f')}); model load {cold['model_load_ms']:.0f} ms apart")
     agree = result["vector_top10_vs_exact"]
     print(f"  vector top {LIMIT} vs exact scan           same {LIMIT} scores in {agree['identical']}/{agree['queries']} queries, "
           f"worst k-th score gap {agree['worst_gap']:.4f}")

@@ -181,6 +181,9 @@ class BHGBrainConfig(_Strict):
     # Redis for state shared by several workers (rate limits, the scheduler's queue); env REDIS_URL wins
     redis_url: str | None = None
     vector_index: Literal["embedded", "qdrant"] = "embedded"
+    # Beyond the seed: persist the in-process indexes beside the store, so a new process opens them
+    # instead of rebuilding them from the database (memories/snapshots.py)
+    index_snapshots: bool = True
     device: DeviceConfig = Field(default_factory=DeviceConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     qdrant: QdrantConfig = Field(default_factory=QdrantConfig)

@@ -40,11 +40,18 @@ class FeedReader:
 
     def __init__(self) -> None:
         self.last_change = 0
+        self.last_memory_id: str | None = None  # of the row at last_change (None: unknown or no row)
         self.caught_up_at = time.monotonic()
 
     def start(self) -> None:
         """At a full load: everything up to the newest row is in."""
-        self.last_change = VectorChange.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        newest = VectorChange.objects.order_by("-id").values_list("id", "memory_id").first()
+        self.last_change, self.last_memory_id = (newest[0], str(newest[1])) if newest else (0, None)
+        self.caught_up_at = time.monotonic()
+
+    def resume(self, change_id: int, memory_id: str | None) -> None:
+        """At a snapshot's position (checked against the feed by the caller): the tail comes next."""
+        self.last_change, self.last_memory_id = change_id, memory_id
         self.caught_up_at = time.monotonic()
 
     def read(self) -> list[tuple[int, uuid.UUID, str]] | None:
@@ -56,13 +63,14 @@ class FeedReader:
         if changes and needs_reload(changes, caught_up_at):
             return None
         if changes:
-            self.last_change = changes[-1][0]
+            self.last_change, self.last_memory_id = changes[-1][0], str(changes[-1][1])
         return changes
 
     def rewind(self, changes: list[tuple[int, uuid.UUID, str]]) -> None:
         """Read ``changes`` (the last read) again next time: applying them failed."""
         if changes:
             self.last_change = min(self.last_change, changes[0][0] - 1)
+            self.last_memory_id = None  # that row's id was not read
 
 
 @contextlib.contextmanager

@@ -15,6 +15,10 @@ import unicodedata
 
 import snowballstemmer
 
+# Bump when analyze() produces different tokens: persisted text-index snapshots made from the
+# old output are then rejected and rebuilt (search/text_index.py).
+ANALYZER_VERSION = 1
+
 _TOKEN_RE = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _CJK_RUN_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")

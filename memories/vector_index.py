@@ -11,6 +11,10 @@ of the best, and re-scores only those exactly. Centring does not change a query'
 (q·(x-μ) = q·x - q·μ, the same shift for every x), so only the discarded minor axes can
 reorder candidates; bench/search_latency.py measures how often the top 10 scores still equal
 the exact scan's (docs/operations.md).
+
+A new process opens the last persisted snapshot of the index (memories.snapshots: the arrays
+memory-mapped copy-on-write, shared between processes) and replays only the feed after it;
+snapshots are written in the background after a full load and as changes accumulate.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from datetime import datetime
 import numpy as np
 from django.db import DatabaseError
 
+from memories import snapshots
 from memories.embeddings import from_bytes, get_embedder
 from memories.feed import FeedReader, discarded_on_failure
 from memories.models import Memory
@@ -75,6 +80,9 @@ class EmbeddedVectorIndex:
         self._applied: set[int] = set()  # change ids this process already applied itself
         self._projection: Projection | None = None
         self._sketch_dims = dimensions // SKETCH_RATIO
+        self._keeper = snapshots.Keeper("vector")
+        self._dirty: set[int] | None = None  # rows written while a snapshot capture copies the vectors
+        self.loaded_from: str | None = None  # "database" or "snapshot", once loaded
         self._reset_arrays()
 
     def _reset_arrays(self) -> None:
@@ -117,6 +125,8 @@ class EmbeddedVectorIndex:
             self._rows[memory_id] = row
             self._ids[row] = memory_id
         self._matrix[row] = vector
+        if self._dirty is not None:
+            self._dirty.add(row)
         if self._projection is not None:
             self._sketch[row] = self._projection.apply(vector)
         self._ns[row] = self._code("n:" + namespace)
@@ -164,7 +174,8 @@ class EmbeddedVectorIndex:
             if vector.shape[0] == self.dimensions:
                 until = expires_at.timestamp() if decay_eligible and expires_at is not None else _INF
                 self._put(str(memory_id), vector, namespace, collection, until, bool(thread))
-        self._loaded = True
+        self._loaded, self.loaded_from = True, "database"
+        self._keeper.loaded()
 
     def _reserve(self, count: int) -> None:
         """Grow once to the needed size (+10 %) instead of doubling step by step."""
@@ -188,7 +199,7 @@ class EmbeddedVectorIndex:
         self._projection = None
 
     def _apply_feed(self) -> None:
-        if not self._loaded:
+        if not self._loaded and not self._open_snapshot():
             self._load()
             return
         changes = self._feed.read()
@@ -212,6 +223,95 @@ class EmbeddedVectorIndex:
                 self._drop(str(memory_id))
             else:
                 self._put_memory(memory)
+        self._keeper.note(len(ids))
+
+    # Rows are written in place (copy-on-write pages); the projection is only ever replaced.
+    _WRITABLE = frozenset({"matrix", "ns", "coll", "threaded", "live", "sketch"})
+
+    def _snapshot_params(self) -> dict[str, object]:
+        return {"index": "embedded-vector", "model_id": self.model_id, "dimensions": self.dimensions,
+                "sketch_dims": self._sketch_dims}
+
+    def _open_snapshot(self) -> bool:
+        """Take the rows from this store's snapshot (the caller replays the feed after it)."""
+        snapshot = snapshots.read("vector", self._snapshot_params(), ("codes", "top"), self._WRITABLE)
+        if snapshot is None:
+            return False
+        arrays, ids = snapshot.arrays, snapshot.texts.get("ids", [])
+        columns = ("matrix", "ns", "coll", "threaded", "live")
+        if any(arrays.get(key) is None or len(arrays[key]) != len(ids) for key in columns) or \
+                arrays["matrix"].shape[1:] != (self.dimensions,):
+            snapshots.logger.warning("vector index: snapshot arrays disagree in length, loading from the database")
+            return False
+        self._reset_arrays()
+        self._matrix, self._ns, self._coll, self._threaded, self._live = (arrays[key] for key in columns)
+        self._ids = [memory_id or None for memory_id in ids]
+        self._rows = {memory_id: row for row, memory_id in enumerate(ids) if memory_id}
+        self._free = [row for row in range(len(ids) - 1, -1, -1) if not ids[row]]
+        self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
+        self._top = int(snapshot.meta["top"])
+        if {"sketch", "mean", "basis"} <= arrays.keys() and len(arrays["sketch"]) == len(ids):
+            self._projection = Projection(arrays["mean"], arrays["basis"], int(snapshot.meta.get("fitted_rows", 0)))
+            self._sketch = arrays["sketch"]
+        self._feed.resume(snapshot.position.change_id, snapshot.position.memory_id)
+        self._loaded, self.loaded_from = True, "snapshot"
+        self._keeper.opened(0)
+        return True
+
+    _CAPTURE_ROWS = 8192  # rows of the vectors (and sketch) copied per hold of the lock
+
+    def _capture(self) -> snapshots.Capture | None:
+        """A copy of the rows and their feed position. The vectors and the sketch are copied a
+        chunk per hold of the lock, so searches go on in between; rows written meanwhile are noted
+        (``_dirty``) and copied again at the end, under the hold that also takes the small arrays
+        and the feed position, so they all agree. None when there is nothing consistent to take
+        (not loaded, or the arrays were replaced meanwhile: grown, refitted, reloaded)."""
+        with self._lock:
+            if not self._capturable() or self._dirty is not None:  # not loaded, or a capture runs already
+                return None
+            big = {"matrix": self._matrix, **({"sketch": self._sketch} if self._projection is not None else {})}
+            copies = {key: np.empty(array.shape, dtype=array.dtype) for key, array in big.items()}
+            self._dirty = set()
+        try:
+            for start in range(0, len(big["matrix"]), self._CAPTURE_ROWS):
+                with self._lock:
+                    if not self._holds(big):
+                        return None
+                    for key, array in big.items():
+                        copies[key][start:start + self._CAPTURE_ROWS] = array[start:start + self._CAPTURE_ROWS]
+            with self._lock:
+                if not self._holds(big) or not self._capturable():
+                    return None
+                dirty = np.fromiter(self._dirty, dtype=np.int64, count=len(self._dirty))
+                for key, array in big.items():
+                    copies[key][dirty] = array[dirty]
+                return self._captured(copies)
+        finally:
+            with self._lock:
+                self._dirty = None
+
+    def _capturable(self) -> bool:
+        """Loaded, at a feed position whose row is known."""
+        return self._loaded and not (self._feed.last_change and self._feed.last_memory_id is None)
+
+    def _holds(self, big: dict[str, np.ndarray]) -> bool:
+        """Whether the index still holds the arrays a capture is copying."""
+        return self._matrix is big["matrix"] and (self._sketch is big["sketch"] if "sketch" in big else self._projection is None)
+
+    def _captured(self, copies: dict[str, np.ndarray]) -> snapshots.Capture:
+        arrays = {"matrix": copies["matrix"], "ns": self._ns.copy(), "coll": self._coll.copy(),
+                  "threaded": self._threaded.copy(), "live": self._live.copy()}
+        meta: dict[str, object] = {**self._snapshot_params(), "codes": dict(self._codes), "top": self._top}
+        if self._projection is not None:
+            arrays |= {"sketch": copies["sketch"], "mean": self._projection.mean, "basis": self._projection.basis}
+            meta["fitted_rows"] = self._projection.fitted_rows
+        ids = [memory_id or "" for memory_id in self._ids]
+        position = snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id)
+        return snapshots.Capture(arrays, {"ids": ids}, meta, position)
+
+    def save_snapshot(self) -> bool:
+        """Write the snapshot now, on this thread (the background writer does the same)."""
+        return self._keeper.save_now(self._capture)
 
     def upsert(self, memory: Memory, *, change_id: int | None = None) -> None:
         with self._lock:
@@ -232,6 +332,7 @@ class EmbeddedVectorIndex:
         sketch (what the sketch is measured against)."""
         with self._lock:
             self._catch_up()
+            self._keeper.maybe_start(self._capture)
             ns_code = self._codes.get("n:" + namespace)
             if ns_code is None:
                 return []
@@ -307,7 +408,8 @@ class EmbeddedVectorIndex:
             return len(self._rows)
 
     def health(self) -> tuple[str, str]:
-        state = f"{len(self._rows)} vectors loaded" if self._loaded else "loads on first search"
+        source = " from a snapshot" if self.loaded_from == "snapshot" else ""
+        state = f"{len(self._rows)} vectors loaded{source}" if self._loaded else "loads on first search"
         sketch = ", sketch prefilter" if self._projection is not None else ""
         return "healthy", f"embedded cosine ({state}{sketch})"
 
@@ -330,6 +432,11 @@ class EmbeddedVectorIndex:
     def feed(self) -> FeedReader:
         """This index's position in the change feed."""
         return self._feed
+
+    @property
+    def snapshot_keeper(self) -> snapshots.Keeper:
+        """When this index writes its snapshot (its background thread, for tests to wait on)."""
+        return self._keeper
 
 
 _index: VectorIndex | None = None

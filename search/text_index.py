@@ -14,9 +14,15 @@ it from the database): a half-applied change would leave the posting lists and t
 arrays out of step, and a numpy view still held by a failed search's traceback would make
 every later ``array.append`` raise ``BufferError``, so one transient error would otherwise
 turn into a permanently failing full-text search.
+
+A new process opens the last persisted snapshot (memories.snapshots) instead of reading every
+row: the posting lists stay memory-mapped read-only (shared between processes) and a term's
+list is copied into RAM only when a new row adds to it; the per-row arrays are small and are
+copied. Only the feed after the snapshot's position is replayed.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import uuid
@@ -28,7 +34,9 @@ from django.db import DatabaseError, connection
 from django.utils.dateparse import parse_datetime
 from django.utils.timezone import make_aware
 
+from memories import snapshots
 from memories.feed import FeedReader, discarded_on_failure
+from memories.text import ANALYZER_VERSION
 
 _INF = math.inf
 _SELECT = {
@@ -54,6 +62,8 @@ class TextIndex:
         self._lock = threading.RLock()
         self._loaded = False
         self._feed = FeedReader()
+        self._keeper = snapshots.Keeper("text")
+        self.loaded_from: str | None = None  # "database" or "snapshot", once loaded
         self._reset()
 
     def _reset(self) -> None:
@@ -64,8 +74,13 @@ class TextIndex:
         self._live = array("d")
         self._dl = array("f")
         self._alive = array("b")
-        self._sig: list[int] = []
-        self._postings: dict[str, tuple[array, array]] = {}
+        self._sig = array("q")
+        self._postings: dict[str, tuple[array, array]] = {}  # in RAM: every term of a load from the DB
+        # Opened from a snapshot: term -> its slice of the mapped posting arrays (until _postings has it).
+        self._snap_terms: dict[str, int] = {}
+        self._snap_rows = np.zeros(0, dtype=np.int32)
+        self._snap_tfs = np.zeros(0, dtype=np.float32)
+        self._snap_offsets = np.zeros(1, dtype=np.int64)
         self._codes: dict[str, int] = {}
         self._dead = 0
 
@@ -83,7 +98,7 @@ class TextIndex:
 
     def _add(self, memory_id: str, content: str, tags: str, context: str, namespace: str, collection: str,
              until: float) -> None:
-        signature = hash((content, tags, context, namespace, collection))
+        signature = _signature(content, tags, context, namespace, collection)
         old = self._row_of.get(memory_id)
         if old is not None and self._alive[old] and self._sig[old] == signature:
             self._live[old] = until  # only the expiry moved (access tracking): update in place
@@ -100,7 +115,7 @@ class TextIndex:
         for token in context_tokens:  # BM25F: a context word adds a fraction of a term occurrence
             counts[token] = counts.get(token, 0.0) + self.context_weight
         for term, tf in counts.items():
-            rows, tfs = self._postings.setdefault(term, (array("i"), array("f")))
+            rows, tfs = self._own_posting(term)
             rows.append(row)
             tfs.append(tf)
         self._ids.append(memory_id)
@@ -111,6 +126,29 @@ class TextIndex:
         self._dl.append(len(tokens) + self.context_weight * len(context_tokens))
         self._alive.append(1)
         self._sig.append(signature)
+
+    def _own_posting(self, term: str) -> tuple[array, array]:
+        """The term's posting list in RAM, copied from the snapshot the first time a row adds to it."""
+        posting = self._postings.get(term)
+        if posting is None:
+            posting = (array("i"), array("f"))
+            index = self._snap_terms.get(term)
+            if index is not None:
+                start, stop = int(self._snap_offsets[index]), int(self._snap_offsets[index + 1])
+                posting[0].frombytes(_raw(self._snap_rows[start:stop]))
+                posting[1].frombytes(_raw(self._snap_tfs[start:stop]))
+            self._postings[term] = posting
+        return posting
+
+    def _posting(self, term: str) -> tuple[array | np.ndarray, array | np.ndarray] | None:
+        posting = self._postings.get(term)
+        if posting is not None:
+            return posting
+        index = self._snap_terms.get(term)
+        if index is None:
+            return None
+        start, stop = int(self._snap_offsets[index]), int(self._snap_offsets[index + 1])
+        return self._snap_rows[start:stop], self._snap_tfs[start:stop]
 
     def _drop(self, memory_id: str) -> None:
         row = self._row_of.pop(memory_id, None)
@@ -130,7 +168,8 @@ class TextIndex:
         with connection.cursor() as cursor:
             cursor.execute(_SELECT[connection.vendor][0], [False])
             self._ingest(_typed(cursor.fetchall()))
-        self._loaded = True
+        self._loaded, self.loaded_from = True, "database"
+        self._keeper.loaded()
 
     def _discard(self) -> None:
         """After a failure: fresh arrays (nothing shares a buffer with a dead search), reload next time."""
@@ -138,7 +177,10 @@ class TextIndex:
         self._reset()
 
     def _catch_up(self) -> None:
-        if not self._loaded or self._dead * 3 > max(len(self._ids), 3000):
+        if self._loaded and self._dead * 3 > max(len(self._ids), 3000):
+            self._load()
+            return
+        if not self._loaded and not self._open_snapshot():
             self._load()
             return
         changes = self._feed.read()
@@ -163,11 +205,13 @@ class TextIndex:
             if str(memory_id) not in present:
                 self._drop(str(memory_id))  # forgotten, archived or collection deleted
         self._ingest(rows)
+        self._keeper.note(len(ids))
 
     def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int) -> list[tuple[str, float]]:
         with self._lock:
             with discarded_on_failure(self._discard, "full-text index"):
                 self._catch_up()
+                self._keeper.maybe_start(self._capture)
                 return self._score(terms, namespace, collection, now, limit)
 
     def _score(self, terms: list[str], namespace: str, collection: str | None, now: datetime,
@@ -188,7 +232,7 @@ class TextIndex:
             eligible &= np.frombuffer(self._coll, dtype=np.int32) == self._codes.get("c:" + collection, -2)
         scores = np.zeros(len(self._ids), dtype=np.float32)
         for term in terms:
-            posting = self._postings.get(term)
+            posting = self._posting(term)
             if posting is None:
                 continue
             rows = np.frombuffer(posting[0], dtype=np.int32)
@@ -208,6 +252,106 @@ class TextIndex:
         best = hits[np.argpartition(-scores[hits], top - 1)[:top]]
         best = best[np.argsort(-scores[best], kind="stable")]
         return [(self._ids[i], float(scores[i])) for i in best]
+
+
+    # --- snapshots -----------------------------------------------------------------------------
+
+    _COLUMNS = (("ns", "_ns", np.int32), ("coll", "_coll", np.int32), ("live", "_live", np.float64),
+                ("dl", "_dl", np.float32), ("alive", "_alive", np.int8), ("sig", "_sig", np.int64))
+
+    def _snapshot_params(self) -> dict[str, object]:
+        return {"index": "bm25", "analyzer": ANALYZER_VERSION, "vendor": connection.vendor, "k1": self.k1,
+                "b": self.b, "tag_weight": self.tag_weight, "context_weight": self.context_weight}
+
+    def _open_snapshot(self) -> bool:
+        """Take the rows and posting lists from this store's snapshot (the feed after it is replayed next)."""
+        snapshot = snapshots.read("text", self._snapshot_params(), ("codes", "dead"))
+        if snapshot is None:
+            return False
+        arrays, ids, terms = snapshot.arrays, snapshot.texts.get("ids", []), snapshot.texts.get("terms", [])
+        offsets = arrays.get("post_offsets")
+        if any(arrays.get(key) is None or len(arrays[key]) != len(ids) for key, _, _ in self._COLUMNS) or \
+                offsets is None or len(offsets) != len(terms) + 1 or \
+                not len(arrays.get("post_rows", ())) == len(arrays.get("post_tfs", ())) == int(offsets[-1]):
+            snapshots.logger.warning("text index: snapshot arrays disagree in length, loading from the database")
+            return False
+        self._reset()
+        for key, attribute, _ in self._COLUMNS:
+            getattr(self, attribute).frombytes(_raw(arrays[key]))  # small per-row arrays: copied, they grow
+        self._ids = ids
+        self._row_of = {ids[row]: row for row in np.flatnonzero(arrays["alive"]).tolist()}
+        self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
+        self._dead = int(snapshot.meta["dead"])
+        self._snap_terms = dict(zip(terms, range(len(terms)), strict=True))
+        self._snap_rows, self._snap_tfs, self._snap_offsets = arrays["post_rows"], arrays["post_tfs"], offsets
+        self._feed.resume(snapshot.position.change_id, snapshot.position.memory_id)
+        self._loaded, self.loaded_from = True, "snapshot"
+        self._keeper.opened(0)
+        return True
+
+    def _capture(self) -> snapshots.Capture | None:
+        """Rows and posting lists with their feed position, copied under the lock into a few
+        large arrays (not one small copy per term: those would stay in the heap afterwards)."""
+        with self._lock:
+            if not self._loaded or (self._feed.last_change and self._feed.last_memory_id is None):
+                return None
+            columns = {key: np.frombuffer(getattr(self, attribute), dtype=dtype).copy()
+                       for key, attribute, dtype in self._COLUMNS}
+            # The views of the RAM lists are gone when this returns: no append can meet them.
+            terms, post_rows, post_tfs, offsets = _merged_postings(
+                self._postings, self._snap_terms, self._snap_rows, self._snap_tfs, self._snap_offsets)
+            ids = list(self._ids)
+            meta: dict[str, object] = {**self._snapshot_params(), "codes": dict(self._codes), "dead": self._dead}
+            position = snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id)
+        arrays = {**columns, "post_rows": post_rows, "post_tfs": post_tfs, "post_offsets": offsets}
+        return snapshots.Capture(arrays, {"ids": ids, "terms": terms}, meta, position)
+
+    def save_snapshot(self) -> bool:
+        """Write the snapshot now, on this thread (the background writer does the same)."""
+        return self._keeper.save_now(self._capture)
+
+    @property
+    def snapshot_keeper(self) -> snapshots.Keeper:
+        """When this index writes its snapshot (its background thread, for tests to wait on)."""
+        return self._keeper
+
+
+def _merged_postings(own: dict[str, tuple[array, array]], mapped_terms: dict[str, int], mapped_rows: np.ndarray,
+                     mapped_tfs: np.ndarray, mapped_offsets: np.ndarray,
+                     ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """Every term's posting list, one after another: the RAM copies win over the mapped ones."""
+    terms: list[str] = []
+    rows: list[np.ndarray] = []
+    tfs: list[np.ndarray] = []
+    for term, index in mapped_terms.items():
+        if term not in own:
+            start, stop = int(mapped_offsets[index]), int(mapped_offsets[index + 1])
+            terms.append(term)
+            rows.append(mapped_rows[start:stop])
+            tfs.append(mapped_tfs[start:stop])
+    for term, (term_rows, term_tfs) in own.items():
+        terms.append(term)
+        rows.append(np.frombuffer(term_rows, dtype=np.int32))
+        tfs.append(np.frombuffer(term_tfs, dtype=np.float32))
+    offsets = np.zeros(len(terms) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(part) for part in rows], dtype=np.int64)
+    if not rows:
+        return terms, np.zeros(0, np.int32), np.zeros(0, np.float32), offsets
+    merged = terms, np.concatenate(rows), np.concatenate(tfs), offsets
+    rows.clear()  # drop the views of the RAM lists now (see the module docstring)
+    tfs.clear()
+    return merged
+
+
+def _raw(values: np.ndarray) -> memoryview:
+    """A numpy array's bytes without a copy (``array.frombytes`` wants a byte-format buffer)."""
+    return memoryview(values).cast("B")
+
+
+def _signature(*fields: str) -> int:
+    """A row's text and place, stable across processes (``hash`` of a str is salted per process)."""
+    digest = hashlib.blake2b("\x1f".join(fields).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
 
 
 def _typed(rows: list[tuple]) -> list[tuple]:

@@ -1,0 +1,76 @@
+"""The first searches of a new process on an existing store (run by bench/search_latency.py).
+
+A new process (an MCP stdio session is one per client) sets up Django against the store named by
+the environment (``BHGBRAIN_CONFIG``, ``DATABASE_URL``, ``DJANGO_SETTINGS_MODULE``), loads the
+embedding model (timed apart: it costs the same with or without an index snapshot), then times
+its first full-text, semantic and hybrid search, in that order (the first to need an index opens
+it: from its snapshot, or from the database with ``--no-snapshots``). Prints one JSON object::
+
+    .venv/bin/python bench/cold_start.py --namespace NS --question "..." [--no-snapshots]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
+
+# isort: split
+from machine import proc_status_mib  # noqa: E402
+
+MODES = ("fulltext", "semantic", "hybrid")
+LIMIT = 10
+
+
+def cold_start(namespace: str, question: str, snapshots: bool) -> dict[str, object]:
+    started = time.perf_counter()
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    settings.BHGBRAIN.index_snapshots = snapshots
+    setup_ms = (time.perf_counter() - started) * 1e3
+
+    from memories.embeddings import get_embedder
+    from memories.vector_index import get_vector_index
+    from search import text_index
+    from search.selectors import memories_search
+
+    t0 = time.perf_counter()
+    embedder = get_embedder()
+    assert embedder is not None, "the cold-start bench needs the embedding model"
+    embedder.embed_query("warm up the model")
+    model_ms = (time.perf_counter() - t0) * 1e3
+    first: dict[str, float] = {}
+    for mode in MODES:
+        t0 = time.perf_counter()
+        memories_search(query=question, namespace=namespace, collection=None, mode=mode, limit=LIMIT)
+        first[mode] = (time.perf_counter() - t0) * 1e3
+    vectors, text = get_vector_index(), text_index._index  # noqa: SLF001 - which path each index took
+    return {
+        "first_search_ms": first, "setup_ms": setup_ms, "model_load_ms": model_ms,
+        "rss_mib": proc_status_mib("VmRSS"), "rss_anon_mib": proc_status_mib("RssAnon"),
+        "loaded_from": {"vector": getattr(vectors, "loaded_from", None), "text": getattr(text, "loaded_from", None)},
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--question", required=True)
+    parser.add_argument("--no-snapshots", action="store_true", help="ignore the index snapshots (a rebuild from the DB)")
+    args = parser.parse_args()
+    print(json.dumps(cold_start(args.namespace, args.question, not args.no_snapshots)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

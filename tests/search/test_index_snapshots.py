@@ -1,0 +1,341 @@
+"""Persisted snapshots of the in-process indexes (memories/snapshots.py): a new index opens the
+snapshot instead of reading every row, replays the feed after it, and rejects a corrupt or stale
+one (rebuilding from the database with the same results)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from memories import changes, snapshots, vector_index
+from memories.feed import feed_prune
+from memories.models import Memory, VectorChange
+from memories.services import memory_forget
+from memories.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B
+from memories.text import analyze_query
+from memories.vector_index import EmbeddedVectorIndex
+from search import text_index
+from search.text_index import TextIndex
+from tests.conftest import remember
+
+pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def snapshot_dir(bhg_config, settings, tmp_path: Path) -> Path:  # noqa: ANN001
+    """Snapshots on, written under this test's own data dir."""
+    bhg_config.index_snapshots = True
+    settings.BHGBRAIN_DATA_DIR = tmp_path
+    return tmp_path / "index-snapshots"
+
+
+def _vector_index(embedder) -> EmbeddedVectorIndex:  # noqa: ANN001
+    """An index as a new process would hold it."""
+    return EmbeddedVectorIndex(embedder.model_id, embedder.dimensions)
+
+
+def _text_index() -> TextIndex:
+    tag_weight = TAG_WEIGHT if connection.vendor == "sqlite" else 1
+    return TextIndex(K1, B, tag_weight, CONTEXT_WEIGHT)
+
+
+def _settled(index: EmbeddedVectorIndex | TextIndex) -> None:
+    """Wait for a background snapshot write the last search may have started."""
+    thread = index.snapshot_keeper.thread
+    if thread is not None:
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+
+
+def _saved(index: EmbeddedVectorIndex | TextIndex) -> None:
+    _settled(index)
+    assert index.save_snapshot()
+
+
+def _semantic(index: EmbeddedVectorIndex, embedder, text: str, *, namespace: str = "global", days: int = 0) -> list[str]:  # noqa: ANN001
+    now = timezone.now() + timedelta(days=days)
+    hits = index.search(embedder.embed_query(text), namespace=namespace, collection=None, limit=10, now=now)
+    return [hit.memory_id for hit in hits]
+
+
+def _fulltext(index: TextIndex, text: str, *, namespace: str = "global", days: int = 0) -> list[str]:
+    now = timezone.now() + timedelta(days=days)
+    return [str(memory_id) for memory_id, _ in
+            index.search(analyze_query(text), namespace=namespace, collection=None, now=now, limit=10)]
+
+
+def _full_loads(queries: list[dict[str, str]]) -> list[str]:
+    """Statements that read every memory (the load a snapshot saves), not the tail's rows by id."""
+    tables = ('FROM "memories"', "FROM memories_fts", "FROM memory_search")
+    return [q["sql"] for q in queries if any(t in q["sql"] for t in tables) and " IN (" not in q["sql"]]
+
+
+def _store(embedder) -> dict[str, str]:  # noqa: ANN001
+    """Alice's and bob's memories: kept ones, one that expires, one in another namespace; and no
+    snapshot yet (the process's own indexes, searched by remember's dedup, may have written one)."""
+    ids = {
+        "kept": str(remember("The lighthouse keeper paints the railing blue", namespace="alice").id),
+        "other": str(remember("Volcanic soil grows sweet grapes", namespace="alice").id),
+        "expiring": str(remember("The lighthouse ferry leaves at dawn", namespace="alice", retention_tier="T3").id),
+        "bob": str(remember("The lighthouse keeper of bob's island", namespace="bob").id),
+    }
+    for index in (vector_index.get_vector_index(), text_index.get_text_index(K1, B, TAG_WEIGHT, CONTEXT_WEIGHT)):
+        _settled(index)
+    shutil.rmtree(snapshots.directory(), ignore_errors=True)
+    return ids
+
+
+def _saved_pair(embedder, *, explicitly: bool = True) -> dict[str, str]:  # noqa: ANN001
+    """The store, loaded by both indexes from the database, and their snapshots (``explicitly``
+    saved, or only what the background writer wrote after the load)."""
+    ids = _store(embedder)
+    vectors, text = _vector_index(embedder), _text_index()
+    _semantic(vectors, embedder, "x", namespace="alice")
+    _fulltext(text, "x", namespace="alice")
+    for index in (vectors, text):
+        assert index.loaded_from == "database"
+        if explicitly:
+            _saved(index)
+        else:
+            _settled(index)
+    return ids
+
+
+def test_vector_index_opens_its_snapshot_instead_of_loading(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    ids = _store(hash_embedder)
+    first = _vector_index(hash_embedder)
+    expected = _semantic(first, hash_embedder, "The lighthouse keeper paints the railing blue", namespace="alice")
+    assert expected[0] == ids["kept"] and first.loaded_from == "database"
+    _saved(first)
+    second = _vector_index(hash_embedder)
+    with CaptureQueriesContext(connection) as queries:
+        got = _semantic(second, hash_embedder, "The lighthouse keeper paints the railing blue", namespace="alice")
+    assert got == expected
+    assert second.loaded_from == "snapshot"
+    assert _full_loads(queries.captured_queries) == []
+
+
+def test_text_index_opens_its_snapshot_instead_of_loading(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    ids = _store(hash_embedder)
+    first = _text_index()
+    expected = _fulltext(first, "lighthouse keeper", namespace="alice")
+    assert expected[0] == ids["kept"] and set(expected) == {ids["kept"], ids["expiring"]}
+    _saved(first)
+    second = _text_index()
+    with CaptureQueriesContext(connection) as queries:
+        got = _fulltext(second, "lighthouse keeper", namespace="alice")
+    assert got == expected and second.loaded_from == "snapshot"
+    assert _full_loads(queries.captured_queries) == []
+
+
+def test_namespaces_and_expiry_still_filter_after_a_snapshot_load(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    ids = _saved_pair(hash_embedder)
+    vectors, text = _vector_index(hash_embedder), _text_index()
+    assert set(_semantic(vectors, hash_embedder, "The lighthouse keeper of bob's island", namespace="bob")) == {ids["bob"]}
+    assert set(_fulltext(text, "lighthouse", namespace="bob")) == {ids["bob"]}
+    assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {ids["kept"], ids["other"], ids["expiring"]}
+    later = set(_semantic(vectors, hash_embedder, "x", namespace="alice", days=60))
+    assert later == {ids["kept"], ids["other"]}  # the T3 memory has expired by then
+    assert set(_fulltext(text, "lighthouse", namespace="alice", days=60)) == {ids["kept"]}
+    assert _semantic(vectors, hash_embedder, "x", namespace="carol") == [] and _fulltext(text, "lighthouse", namespace="carol") == []
+    assert vectors.loaded_from == text.loaded_from == "snapshot"
+
+
+def test_the_feed_after_the_snapshot_is_replayed(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    ids = _saved_pair(hash_embedder)
+    added = str(remember("A lighthouse lens from Paris", namespace="alice").id)  # after the snapshot
+    memory_forget(memory_id=ids["kept"], namespace="alice", actor="test")
+    now = timezone.now()
+    changes.memories_updated([uuid.UUID(ids["other"])], {"expires_at": now + timedelta(days=1), "decay_eligible": True},
+                             audit=None, at=now)
+    vectors, text = _vector_index(hash_embedder), _text_index()
+    assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {added, ids["other"], ids["expiring"]}
+    assert set(_fulltext(text, "lighthouse", namespace="alice")) == {added, ids["expiring"]}
+    assert set(_semantic(vectors, hash_embedder, "x", namespace="alice", days=2)) == {added, ids["expiring"]}
+    assert set(_fulltext(text, "volcanic", namespace="alice")) == {ids["other"]}
+    assert _fulltext(text, "volcanic", namespace="alice", days=2) == []  # its new expiry came with the tail
+    assert vectors.loaded_from == text.loaded_from == "snapshot"
+
+
+
+def _snapshot_file(root: Path, kind: str, file_name: str) -> Path:
+    manifest = json.loads(next(root.glob(f"{kind}-*.json")).read_text())
+    return root / manifest["directory"] / file_name
+
+
+def _rebuilt_correctly(embedder, ids: dict[str, str]) -> tuple[str | None, str | None]:  # noqa: ANN001
+    """Where fresh indexes came from, after checking they answer as the store says."""
+    vectors, text = _vector_index(embedder), _text_index()
+    assert set(_semantic(vectors, embedder, "x", namespace="alice")) == {ids["kept"], ids["other"], ids["expiring"]}
+    assert set(_fulltext(text, "lighthouse", namespace="alice")) == {ids["kept"], ids["expiring"]}
+    _settled(vectors)  # the rebuilt ones write their snapshots: let them finish before the test goes on
+    _settled(text)
+    return vectors.loaded_from, text.loaded_from
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_corrupt_snapshot_is_rejected_and_rebuilt(hash_embedder, snapshot_dir, caplog) -> None:  # noqa: ANN001
+    ids = _saved_pair(hash_embedder)
+    _flip(_snapshot_file(snapshot_dir, "vector", "matrix.npy"), -5)  # a flipped byte inside the data
+    rows = _snapshot_file(snapshot_dir, "text", "post_rows.npy")
+    rows.write_bytes(rows.read_bytes()[:-4])  # truncated
+    assert _rebuilt_correctly(hash_embedder, ids) == ("database", "database")
+    assert "fails its checksum" in caplog.text and "wrong size" in caplog.text
+
+
+def test_a_snapshot_whose_manifest_lies_is_rejected(hash_embedder, snapshot_dir, caplog) -> None:  # noqa: ANN001
+    ids = _saved_pair(hash_embedder)
+    manifest_path = next(snapshot_dir.glob("vector-*.json"))
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["matrix.npy"]["shape"][0] += 1
+    manifest_path.write_text(json.dumps(manifest))
+    text_manifest_path = next(snapshot_dir.glob("text-*.json"))
+    text_manifest = json.loads(text_manifest_path.read_text())
+    del text_manifest["meta"]["codes"]
+    text_manifest_path.write_text(json.dumps(text_manifest))
+    assert _rebuilt_correctly(hash_embedder, ids) == ("database", "database")
+    assert "matrix.npy has shape" in caplog.text and "the manifest lacks codes" in caplog.text
+
+
+def test_a_snapshot_of_another_model_or_version_is_rejected(hash_embedder, snapshot_dir, monkeypatch, caplog) -> None:  # noqa: ANN001
+    ids = _saved_pair(hash_embedder)
+    manifest_path = next(snapshot_dir.glob("vector-*.json"))
+    manifest = json.loads(manifest_path.read_text())
+    manifest["meta"]["model_id"] = "another/model"
+    manifest_path.write_text(json.dumps(manifest))
+    monkeypatch.setattr(text_index, "ANALYZER_VERSION", text_index.ANALYZER_VERSION + 1)
+    assert _rebuilt_correctly(hash_embedder, ids) == ("database", "database")
+    assert "model_id is 'another/model'" in caplog.text and "analyzer is" in caplog.text
+    caplog.clear()  # the rebuilt indexes wrote snapshots of their own: a new format rejects those
+    monkeypatch.setattr(snapshots, "FORMAT_VERSION", snapshots.FORMAT_VERSION + 1)
+    assert _rebuilt_correctly(hash_embedder, ids) == ("database", "database")
+    assert "this version reads" in caplog.text
+
+
+def test_a_snapshot_older_than_the_pruned_feed_is_rejected(hash_embedder, snapshot_dir, caplog) -> None:  # noqa: ANN001
+    ids = _saved_pair(hash_embedder)
+    memory_forget(memory_id=ids.pop("expiring"), namespace="alice", actor="test")  # only the pruned feed knows
+    feed_prune(now=timezone.now() + timedelta(days=30))  # the rows after the snapshot are gone
+    ids["kept2"] = str(remember("Fog horn tests at noon", namespace="alice").id)  # the feed goes on
+    vectors, text = _vector_index(hash_embedder), _text_index()
+    assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {ids["kept"], ids["other"], ids["kept2"]}
+    assert set(_fulltext(text, "lighthouse", namespace="alice")) == {ids["kept"]}
+    assert vectors.loaded_from == text.loaded_from == "database"
+    assert "the feed no longer continues from its position" in caplog.text
+
+
+def test_a_reset_after_the_snapshot_reloads_from_the_database(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    ids = _saved_pair(hash_embedder)
+    VectorChange.objects.create(memory_id=uuid.UUID(int=0), op=VectorChange.Op.RESET)
+    assert _rebuilt_correctly(hash_embedder, ids) == ("database", "database")
+
+
+def test_snapshots_are_written_in_the_background_after_a_load(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    ids = _saved_pair(hash_embedder, explicitly=False)
+    assert {path.name.split("-")[0] for path in snapshot_dir.glob("*.json")} == {"vector", "text"}
+    assert _rebuilt_correctly(hash_embedder, ids) == ("snapshot", "snapshot")
+
+
+def test_snapshots_switched_off_are_neither_written_nor_read(hash_embedder, snapshot_dir, bhg_config) -> None:  # noqa: ANN001
+    ids = _saved_pair(hash_embedder)
+    bhg_config.index_snapshots = False
+    assert _rebuilt_correctly(hash_embedder, ids) == ("database", "database")
+    before = sorted(path.name for path in snapshot_dir.iterdir())
+    vectors = _vector_index(hash_embedder)
+    _semantic(vectors, hash_embedder, "x", namespace="alice")
+    assert vectors.snapshot_keeper.thread is None
+    assert sorted(path.name for path in snapshot_dir.iterdir()) == before
+
+
+_OTHER_PROCESS = textwrap.dedent("""
+    import json, os, sys
+    from pathlib import Path
+    import django
+    django.setup()
+    from django.conf import settings
+    from django.utils import timezone
+    settings.BHGBRAIN.index_snapshots = True
+    settings.BHGBRAIN_DATA_DIR = Path(sys.argv[1])
+    from tests.conftest import HashEmbedder
+    from tests.search.test_index_snapshots import _text_index
+    from memories.text import analyze_query
+    from memories.vector_index import EmbeddedVectorIndex
+    embedder = HashEmbedder()
+    vectors, text = EmbeddedVectorIndex(embedder.model_id, embedder.dimensions), _text_index()
+    now = timezone.now()
+    semantic = vectors.search(embedder.embed_query(sys.argv[2]), namespace="alice", collection=None, limit=10, now=now)
+    fulltext = text.search(analyze_query(sys.argv[2]), namespace="alice", collection=None, now=now, limit=10)
+    maps = Path("/proc/self/maps").read_text()
+    print(json.dumps({"semantic": [h.memory_id for h in semantic], "fulltext": [str(i) for i, _ in fulltext],
+                      "from": [vectors.loaded_from, text.loaded_from], "mapped": "matrix.npy" in maps}))
+""")
+
+
+def _test_database_url() -> str:
+    """This test run's database, for another process (same engine, host, port and name: same snapshots)."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_process_shares_the_snapshot(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    _saved_pair(hash_embedder)
+    query = "The lighthouse keeper paints the railing blue"
+    expected_semantic = _semantic(_vector_index(hash_embedder), hash_embedder, query, namespace="alice")
+    expected_text = _fulltext(_text_index(), query, namespace="alice")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT),
+           "DATABASE_URL": _test_database_url()}
+    done = subprocess.run([sys.executable, "-c", _OTHER_PROCESS, str(snapshot_dir.parent), query], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"semantic": expected_semantic, "fulltext": expected_text, "from": ["snapshot", "snapshot"],
+                      "mapped": True}
+
+
+def test_a_row_written_while_the_vectors_are_copied_is_in_the_snapshot(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
+    """The vectors are copied a chunk per hold of the lock; a row written between two chunks,
+    after its own chunk was copied, is copied again before the capture ends."""
+    ids = _store(hash_embedder)
+    index = _vector_index(hash_embedder)
+    _semantic(index, hash_embedder, "x", namespace="alice")
+    _settled(index)
+    memory = Memory.objects.get(id=ids["kept"])
+    row = index._rows[ids["kept"]]  # noqa: SLF001
+    replacement = hash_embedder.embed_passage("an entirely different text")
+    memory.embedding = replacement.astype(np.float32).tobytes()
+    monkeypatch.setattr(index, "_CAPTURE_ROWS", 1)
+    holds, chunks = index._holds, []  # noqa: SLF001
+
+    def write_after_its_chunk(big: dict[str, np.ndarray]) -> bool:
+        chunks.append(1)
+        if len(chunks) == row + 2:  # the row's own chunk is copied: another request writes it now
+            index.upsert(memory)
+        return holds(big)
+
+    monkeypatch.setattr(index, "_holds", write_after_its_chunk)
+    capture = index._capture()  # noqa: SLF001
+    assert capture is not None and len(chunks) > row + 2
+    assert np.array_equal(capture.arrays["matrix"][row], replacement)
