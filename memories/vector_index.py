@@ -11,6 +11,11 @@ of the best, and re-scores only those exactly. Centring does not change a query'
 (q·(x-μ) = q·x - q·μ, the same shift for every x), so only the discarded minor axes can
 reorder candidates; bench/search_latency.py measures how often the top 10 scores still equal
 the exact scan's (docs/operations.md).
+
+A partition (namespace, collection, fact or thread message) of at least ``ANN_MIN_ROWS`` rows
+also gets an HNSW graph (``memories/ann.py``, when usearch is installed): a search with that many
+candidates walks the graphs of the partitions it may return, scans the smaller ones exactly and
+re-scores the union exactly, instead of scanning every candidate.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from datetime import datetime
 import numpy as np
 from django.db import DatabaseError
 
+from memories import ann
 from memories.embeddings import from_bytes, get_embedder
 from memories.feed import FeedReader, discarded_on_failure
 from memories.models import Memory
@@ -75,6 +81,7 @@ class EmbeddedVectorIndex:
         self._applied: set[int] = set()  # change ids this process already applied itself
         self._projection: Projection | None = None
         self._sketch_dims = dimensions // SKETCH_RATIO
+        self._ann = ann.AnnIndex(dimensions, self._lock, self._vectors_of) if ann.available() else None
         self._reset_arrays()
 
     def _reset_arrays(self) -> None:
@@ -89,6 +96,12 @@ class EmbeddedVectorIndex:
         self._sketch = np.zeros((0, self._sketch_dims), dtype=np.float32)
         self._codes: dict[str, int] = {}
         self._top = 0
+        if self._ann is not None:
+            self._ann.reset()
+
+    def _vectors_of(self, rows: np.ndarray) -> np.ndarray:
+        """A copy of these rows' vectors (the graph builder reads them a chunk at a time)."""
+        return self._matrix[rows]
 
     def _code(self, key: str) -> int:
         return self._codes.setdefault(key, len(self._codes))
@@ -109,6 +122,7 @@ class EmbeddedVectorIndex:
     def _put(self, memory_id: str, vector: np.ndarray, namespace: str, collection: str, until: float,
              threaded: bool = False) -> None:
         row = self._rows.get(memory_id)
+        moved = row is None or not np.array_equal(self._matrix[row], vector)
         if row is None:
             if not self._free:
                 self._grow()
@@ -123,6 +137,8 @@ class EmbeddedVectorIndex:
         self._coll[row] = self._code("c:" + collection)
         self._threaded[row] = threaded
         self._live[row] = until
+        if self._ann is not None:
+            self._ann.put(row, vector, (int(self._ns[row]), int(self._coll[row]), threaded), moved=moved)
 
     def _drop(self, memory_id: str) -> None:
         row = self._rows.pop(memory_id, None)
@@ -130,6 +146,8 @@ class EmbeddedVectorIndex:
             self._ids[row] = None
             self._ns[row] = -1
             self._free.append(row)
+            if self._ann is not None:
+                self._ann.drop(row)
 
     def _indexable(self, memory: Memory) -> bool:
         return (
@@ -246,7 +264,18 @@ class EmbeddedVectorIndex:
             if candidates.size == 0:
                 return []
             query = np.asarray(vector, dtype=np.float32)
-            if not exact and candidates.size >= SKETCH_MIN_ROWS and self._fit_projection():
+            shortlist = None
+            if not exact and candidates.size >= ann.ANN_MIN_ROWS and self._ann is not None:
+                coll_code = None if collection is None else self._codes.get("c:" + collection, -2)
+                pids = self._ann.partitions(ns_code, coll_code, facts_only)
+                keep = max(SHORTLIST_MIN, SHORTLIST_PER_RESULT * limit)
+                shortlist = self._ann.shortlist(query, pids, mask, candidates, keep)
+            if shortlist is not None:  # the graphs' best rows (and the small partitions'), re-scored exactly
+                candidates = shortlist
+                if candidates.size == 0:
+                    return []
+                scores = self._matrix[candidates] @ query
+            elif not exact and candidates.size >= SKETCH_MIN_ROWS and self._fit_projection():
                 candidates = self._shortlist(query, candidates, rows, limit)
                 scores = self._matrix[candidates] @ query
             elif candidates.size * 4 >= rows:  # most rows qualify: one product over the contiguous block, no copy
@@ -309,7 +338,8 @@ class EmbeddedVectorIndex:
     def health(self) -> tuple[str, str]:
         state = f"{len(self._rows)} vectors loaded" if self._loaded else "loads on first search"
         sketch = ", sketch prefilter" if self._projection is not None else ""
-        return "healthy", f"embedded cosine ({state}{sketch})"
+        graphs = f", {self._ann.graphs()} HNSW graph(s)" if self._ann is not None and self._ann.graphs() else ""
+        return "healthy", f"embedded cosine ({state}{sketch}{graphs})"
 
 
     def close(self) -> None:
@@ -325,6 +355,11 @@ class EmbeddedVectorIndex:
     def loaded(self) -> bool:
         """Whether the vectors were read from the database (they are on the first search)."""
         return self._loaded
+
+    @property
+    def ann(self) -> ann.AnnIndex | None:
+        """The HNSW graphs of the large partitions (None without usearch)."""
+        return self._ann
 
     @property
     def feed(self) -> FeedReader:
