@@ -50,11 +50,15 @@ def _index(rng: np.random.Generator, count: int, centres: np.ndarray) -> Embedde
     return index
 
 
-def _built(index: EmbeddedVectorIndex, query: np.ndarray) -> None:
-    """The first large search starts the builds; wait for them."""
-    index.search(query, namespace="global", collection=None, limit=10, now=timezone.now())
+def _built(seed: int) -> tuple[EmbeddedVectorIndex, np.random.Generator, np.ndarray]:
+    """An index of 8,000 clustered rows whose graphs are built (the first large search starts them)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((40, DIMS))
+    index = _index(rng, 8_000, centres)
+    index.search(_clustered(rng, 1, centres)[0], namespace="global", collection=None, limit=10, now=timezone.now())
     assert index.ann is not None
     index.ann.wait()
+    return index, rng, centres
 
 
 def _scores(hits) -> list[float]:  # noqa: ANN001
@@ -63,10 +67,7 @@ def _scores(hits) -> list[float]:  # noqa: ANN001
 
 @pytest.mark.django_db
 def test_graph_search_finds_the_exact_top_10(small_threshold: None, graph_searches: list[int]) -> None:
-    rng = np.random.default_rng(3)
-    centres = rng.standard_normal((40, DIMS))
-    index = _index(rng, 8_000, centres)
-    _built(index, _clustered(rng, 1, centres)[0])
+    index, rng, centres = _built(3)
     assert index.ann.graphs() == 2  # facts and messages of global/general  # type: ignore[union-attr]
     now, same = timezone.now(), 0
     queries = _clustered(rng, 100, centres)
@@ -81,10 +82,7 @@ def test_graph_search_finds_the_exact_top_10(small_threshold: None, graph_search
 
 @pytest.mark.django_db
 def test_filters_hold_on_the_graph_path(small_threshold: None, graph_searches: list[int]) -> None:
-    rng = np.random.default_rng(5)
-    centres = rng.standard_normal((40, DIMS))
-    index = _index(rng, 8_000, centres)
-    _built(index, _clustered(rng, 1, centres)[0])
+    index, rng, centres = _built(5)
     now = timezone.now()
     for query in _clustered(rng, 20, centres):
         facts = index.search(query, namespace="global", collection=None, limit=10, now=now, facts_only=True)
@@ -102,11 +100,8 @@ def test_filters_hold_on_the_graph_path(small_threshold: None, graph_searches: l
 
 @pytest.mark.django_db
 def test_expired_rows_are_skipped_and_the_result_stays_full(small_threshold: None, graph_searches: list[int]) -> None:
-    rng = np.random.default_rng(11)
-    centres = rng.standard_normal((40, DIMS))
-    index = _index(rng, 8_000, centres)
+    index, rng, centres = _built(11)
     query = _clustered(rng, 1, centres)[0]
-    _built(index, query)
     now = timezone.now()
     nearest = index.search(query, namespace="global", collection=None, limit=30, now=now, exact=True)
     for hit in nearest[:20]:  # the 20 best expire (expiry changes are not re-indexed: only checked)
