@@ -34,11 +34,14 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 ANN_MIN_ROWS = 50_000  # a partition this large gets a graph; below, an exact scan takes a few ms
-CONNECTIVITY = 16  # graph degree (usearch's M)
-EXPANSION_ADD = 64  # candidate list while inserting (build time grows with it)
-EXPANSION_SEARCH = 256  # candidate list while searching (measured: 196/200 identical top-10 at 1M)
+# Measured at 1M rows (docs/performance.md): degree 16 reached only 191/200 identical top-10
+# even at expansion 512; degree 32 reaches 197/200 at 256 (199 at 1024, twice the time).
+CONNECTIVITY = 32  # graph degree (usearch's M)
+EXPANSION_ADD = 96  # candidate list while inserting (build time grows with it)
+EXPANSION_SEARCH = 256  # candidate list while searching (a search asks for 400 rows anyway)
 BUILD_CHUNK = 8_192  # rows copied under the lock per step of a build
 _STATE_VERSION = 1
+_BUILDING = threading.Lock()  # one build at a time in a process: it takes one core, serving keeps the other
 
 PartitionKey = tuple[int, int, bool]  # (namespace code, collection code, thread message)
 
@@ -191,7 +194,8 @@ class AnnIndex:
 
     def _build(self, pid: int, generation: int) -> None:
         try:
-            self._build_graph(pid, generation)
+            with _BUILDING:
+                self._build_graph(pid, generation)
         except Exception:  # a failed build leaves the partition on the exact path; logged, retried later
             log.exception("building the vector graph of partition %d failed", pid)
             with self._lock:
