@@ -85,7 +85,9 @@ def test_filters_hold_on_the_graph_path(small_threshold: None, graph_searches: l
     index, rng, centres = _built(5)
     now = timezone.now()
     for query in _clustered(rng, 20, centres):
+        walked = len(graph_searches)
         facts = index.search(query, namespace="global", collection=None, limit=10, now=now, facts_only=True)
+        assert len(graph_searches) == walked + 1  # the messages' graph is not even walked
         assert len(facts) == 10 and all(int(h.memory_id[1:]) % 5 for h in facts)  # no thread message
         assert _scores(facts) == _scores(
             index.search(query, namespace="global", collection=None, limit=10, now=now, facts_only=True, exact=True))
