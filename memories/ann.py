@@ -8,10 +8,11 @@ widens (4x at a time) until ``keep`` live rows are found or the graph is exhaust
 returns fewer results than exist. The graphs hold int8 codes (a quarter of the float32 bytes);
 the caller re-scores the returned rows exactly with its float32 vectors.
 
-A partition gets a graph once it holds ``ANN_MIN_ROWS`` rows; smaller partitions of a searched
-namespace are scanned exactly by the caller. A graph is built in a background thread (searches
-meanwhile take the caller's other path), reading the vectors a chunk at a time under the caller's
-lock and replaying the rows that changed while it was being built. Afterwards rows are added and
+A search with ``ANN_MIN_ROWS`` candidates or more uses the graphs; a partition it searches gets
+a graph once it holds ``GRAPH_MIN_ROWS`` rows, and the rows of smaller ones are all re-scored.
+A graph is built in a background thread (searches meanwhile take the caller's other path),
+reading the vectors a chunk at a time under the caller's lock and replaying the rows that
+changed while it was being built. Afterwards rows are added and
 removed one at a time, as the caller's ``put``/``drop`` happen. A graph that has lost as many rows
 as it holds is rebuilt the same way.
 
@@ -33,7 +34,12 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-ANN_MIN_ROWS = 50_000  # a partition this large gets a graph; below, an exact scan takes a few ms
+# A search with this many candidates walks graphs. Measured at 100k (docs/performance.md): graphs
+# 5.3 ms, exact scan 4.7 ms, sketch 2.4 ms; at 1M the scans take 46 ms, a graph walk 3.7 ms.
+ANN_MIN_ROWS = 100_000
+# A partition this large gets a graph when a large search needs it; the rows of smaller ones are
+# re-scored directly (measured: a 33k-row partition scanned beside a graph cost 20 ms a search).
+GRAPH_MIN_ROWS = 5_000
 # Measured at 1M rows (docs/performance.md): degree 16 reached only 191/200 identical top-10
 # even at expansion 512; degree 32 reaches 197/200 at 256 (199 at 1024, twice the time).
 CONNECTIVITY = 32  # graph degree (usearch's M)
@@ -129,7 +135,7 @@ class AnnIndex:
         if part.graph is not None:
             part.graph.remove(row)
             part.removed += 1
-            if part.removed > max(part.rows, ANN_MIN_ROWS // 2):  # the graph is mostly holes: rebuild it
+            if part.removed > max(part.rows, GRAPH_MIN_ROWS):  # the graph is mostly holes: rebuild it
                 part.graph, part.removed = None, 0
 
     def reset(self) -> None:
@@ -154,7 +160,7 @@ class AnnIndex:
         """Up to ``keep`` allowed rows per searched graph nearest the query, plus every allowed row
         of the small partitions; None when a large partition has no graph yet (one is being built)."""
         pids = list(pids)
-        missing = [pid for pid in pids if self._parts[pid].graph is None and self._parts[pid].rows >= ANN_MIN_ROWS]
+        missing = [pid for pid in pids if self._parts[pid].graph is None and self._parts[pid].rows >= GRAPH_MIN_ROWS]
         if missing:
             for pid in missing:
                 self._start_build(pid)

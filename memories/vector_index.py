@@ -12,10 +12,10 @@ of the best, and re-scores only those exactly. Centring does not change a query'
 reorder candidates; bench/search_latency.py measures how often the top 10 scores still equal
 the exact scan's (docs/operations.md).
 
-A partition (namespace, collection, fact or thread message) of at least ``ANN_MIN_ROWS`` rows
-also gets an HNSW graph (``memories/ann.py``, when usearch is installed): a search with that many
-candidates walks the graphs of the partitions it may return, scans the smaller ones exactly and
-re-scores the union exactly, instead of scanning every candidate.
+A search with at least ``ann.ANN_MIN_ROWS`` candidates instead walks HNSW graphs
+(``memories/ann.py``, when usearch is installed), one per partition (namespace, collection, fact
+or thread message) it may return from, takes every row of the small partitions, and re-scores
+that union exactly.
 """
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ def _clustered(rng: np.random.Generator, count: int, centres: np.ndarray) -> np.
 @pytest.fixture
 def small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ann, "ANN_MIN_ROWS", 1_000)
+    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 1_000)
 
 
 @pytest.fixture
