@@ -15,6 +15,11 @@ the exact scan's (docs/operations.md).
 A new process opens the last persisted snapshot of the index (memories.snapshots: the arrays
 memory-mapped copy-on-write, shared between processes) and replays only the feed after it;
 snapshots are written in the background after a full load and as changes accumulate.
+
+A search with at least ``ann.ANN_MIN_ROWS`` candidates instead walks HNSW graphs
+(``memories/ann.py``, when usearch is installed), one per partition (namespace, collection, fact
+or thread message) it may return from, takes every row of the small partitions, and re-scores
+that union exactly.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from datetime import datetime
 import numpy as np
 from django.db import DatabaseError
 
-from memories import snapshots
+from memories import ann, snapshots
 from memories.embeddings import from_bytes, get_embedder
 from memories.feed import FeedReader, discarded_on_failure
 from memories.models import Memory
@@ -83,6 +88,7 @@ class EmbeddedVectorIndex:
         self._keeper = snapshots.Keeper("vector")
         self._dirty: set[int] | None = None  # rows written while a snapshot capture copies the vectors
         self.loaded_from: str | None = None  # "database" or "snapshot", once loaded
+        self._ann = ann.AnnIndex(dimensions, self._lock, self._vectors_of) if ann.available() else None
         self._reset_arrays()
 
     def _reset_arrays(self) -> None:
@@ -97,6 +103,12 @@ class EmbeddedVectorIndex:
         self._sketch = np.zeros((0, self._sketch_dims), dtype=np.float32)
         self._codes: dict[str, int] = {}
         self._top = 0
+        if self._ann is not None:
+            self._ann.reset()
+
+    def _vectors_of(self, rows: np.ndarray) -> np.ndarray:
+        """A copy of these rows' vectors (the graph builder reads them a chunk at a time)."""
+        return self._matrix[rows]
 
     def _code(self, key: str) -> int:
         return self._codes.setdefault(key, len(self._codes))
@@ -117,6 +129,7 @@ class EmbeddedVectorIndex:
     def _put(self, memory_id: str, vector: np.ndarray, namespace: str, collection: str, until: float,
              threaded: bool = False) -> None:
         row = self._rows.get(memory_id)
+        moved = row is None or not np.array_equal(self._matrix[row], vector)
         if row is None:
             if not self._free:
                 self._grow()
@@ -133,6 +146,8 @@ class EmbeddedVectorIndex:
         self._coll[row] = self._code("c:" + collection)
         self._threaded[row] = threaded
         self._live[row] = until
+        if self._ann is not None:
+            self._ann.put(row, vector, (int(self._ns[row]), int(self._coll[row]), threaded), moved=moved)
 
     def _drop(self, memory_id: str) -> None:
         row = self._rows.pop(memory_id, None)
@@ -140,6 +155,8 @@ class EmbeddedVectorIndex:
             self._ids[row] = None
             self._ns[row] = -1
             self._free.append(row)
+            if self._ann is not None:
+                self._ann.drop(row)
 
     def _indexable(self, memory: Memory) -> bool:
         return (
@@ -250,6 +267,8 @@ class EmbeddedVectorIndex:
         self._free = [row for row in range(len(ids) - 1, -1, -1) if not ids[row]]
         self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
         self._top = int(snapshot.meta["top"])
+        if self._ann is not None:  # the rows came from the snapshot, not through _put
+            self._ann.assign(np.flatnonzero(self._ns[: self._top] >= 0), self._ns, self._coll, self._threaded)
         if {"sketch", "mean", "basis"} <= arrays.keys() and len(arrays["sketch"]) == len(ids):
             self._projection = Projection(arrays["mean"], arrays["basis"], int(snapshot.meta.get("fitted_rows", 0)))
             self._sketch = arrays["sketch"]
@@ -347,7 +366,18 @@ class EmbeddedVectorIndex:
             if candidates.size == 0:
                 return []
             query = np.asarray(vector, dtype=np.float32)
-            if not exact and candidates.size >= SKETCH_MIN_ROWS and self._fit_projection():
+            shortlist = None
+            if not exact and candidates.size >= ann.ANN_MIN_ROWS and self._ann is not None:
+                coll_code = None if collection is None else self._codes.get("c:" + collection, -2)
+                pids = self._ann.partitions(ns_code, coll_code, facts_only)
+                keep = max(SHORTLIST_MIN, SHORTLIST_PER_RESULT * limit)
+                shortlist = self._ann.shortlist(query, pids, mask, candidates, keep)
+            if shortlist is not None:  # the graphs' best rows (and the small partitions'), re-scored exactly
+                candidates = shortlist
+                if candidates.size == 0:
+                    return []
+                scores = self._matrix[candidates] @ query
+            elif not exact and candidates.size >= SKETCH_MIN_ROWS and self._fit_projection():
                 candidates = self._shortlist(query, candidates, rows, limit)
                 scores = self._matrix[candidates] @ query
             elif candidates.size * 4 >= rows:  # most rows qualify: one product over the contiguous block, no copy
@@ -411,7 +441,8 @@ class EmbeddedVectorIndex:
         source = " from a snapshot" if self.loaded_from == "snapshot" else ""
         state = f"{len(self._rows)} vectors loaded{source}" if self._loaded else "loads on first search"
         sketch = ", sketch prefilter" if self._projection is not None else ""
-        return "healthy", f"embedded cosine ({state}{sketch})"
+        graphs = f", {self._ann.graphs()} HNSW graph(s)" if self._ann is not None and self._ann.graphs() else ""
+        return "healthy", f"embedded cosine ({state}{sketch}{graphs})"
 
 
     def close(self) -> None:
@@ -427,6 +458,11 @@ class EmbeddedVectorIndex:
     def loaded(self) -> bool:
         """Whether the vectors were read from the database (they are on the first search)."""
         return self._loaded
+
+    @property
+    def ann(self) -> ann.AnnIndex | None:
+        """The HNSW graphs of the large partitions (None without usearch)."""
+        return self._ann
 
     @property
     def feed(self) -> FeedReader:

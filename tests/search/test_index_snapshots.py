@@ -19,7 +19,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from memories import changes, snapshots, vector_index
+from memories import ann, changes, snapshots, vector_index
 from memories.feed import feed_prune
 from memories.models import Memory, VectorChange
 from memories.services import memory_forget
@@ -127,6 +127,25 @@ def test_vector_index_opens_its_snapshot_instead_of_loading(hash_embedder, snaps
     assert got == expected
     assert second.loaded_from == "snapshot"
     assert _full_loads(queries.captured_queries) == []
+
+
+@pytest.mark.skipif(not ann.available(), reason="usearch is a dependency; without it there are no graphs")
+def test_graphs_know_the_rows_a_snapshot_brought(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
+    """The HNSW partitions (memories/ann.py) learn of rows put by the feed; a snapshot's rows
+    arrive without it, so opening one assigns them: the graph path then finds them too."""
+    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
+    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 2)
+    _store(hash_embedder)
+    text = "The lighthouse keeper paints the railing blue"
+    first = _vector_index(hash_embedder)
+    expected = _semantic(first, hash_embedder, text, namespace="alice", days=-1)
+    _saved(first)
+    second = _vector_index(hash_embedder)
+    _semantic(second, hash_embedder, text, namespace="alice")  # opens the snapshot, starts the graph's build
+    assert second.loaded_from == "snapshot" and second.ann is not None
+    second.ann.wait()
+    assert second.ann.graphs() == 1
+    assert _semantic(second, hash_embedder, text, namespace="alice", days=-1) == expected
 
 
 def test_text_index_opens_its_snapshot_instead_of_loading(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001

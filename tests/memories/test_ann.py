@@ -1,0 +1,234 @@
+"""HNSW graphs of the large partitions (memories/ann.py) and their use by the embedded index."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from django.utils import timezone
+
+from memories import ann
+from memories.vector_index import EmbeddedVectorIndex
+
+DIMS = 48
+
+
+def _clustered(rng: np.random.Generator, count: int, centres: np.ndarray) -> np.ndarray:
+    """Unit vectors around a few dozen centres: neighbours that matter, ties that do not."""
+    picked = centres[rng.integers(0, centres.shape[0], size=count)]
+    raw = picked + 0.35 * rng.standard_normal((count, centres.shape[1]))
+    return (raw / np.linalg.norm(raw, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture
+def small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 1_000)
+    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 1_000)
+
+
+@pytest.fixture
+def graph_searches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts graph walks, so a test knows the graph (not a fallback scan) answered."""
+    calls: list[int] = []
+    original = ann.AnnIndex._graph_search  # noqa: SLF001 - wrapped, not replaced
+
+    def counted(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ann.AnnIndex, "_graph_search", counted)
+    return calls
+
+
+def _index(rng: np.random.Generator, count: int, centres: np.ndarray) -> EmbeddedVectorIndex:
+    index = EmbeddedVectorIndex("test/ann", DIMS)
+    index._loaded = True  # noqa: SLF001 - rows are put directly; the (empty) change feed is still read
+    for i, vector in enumerate(_clustered(rng, count, centres)):
+        # every 5th row a thread message; every 50th in a small collection; every 100th in another namespace
+        namespace = "other" if i % 100 == 0 else "global"
+        collection = "notes" if i % 50 == 1 else "general"
+        index._put(f"m{i}", vector, namespace, collection, float("inf"), threaded=i % 5 == 0)  # noqa: SLF001
+    return index
+
+
+def _built(seed: int) -> tuple[EmbeddedVectorIndex, np.random.Generator, np.ndarray]:
+    """An index of 8,000 clustered rows whose graphs are built (the first large search starts them)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((40, DIMS))
+    index = _index(rng, 8_000, centres)
+    index.search(_clustered(rng, 1, centres)[0], namespace="global", collection=None, limit=10, now=timezone.now())
+    assert index.ann is not None
+    index.ann.wait()
+    return index, rng, centres
+
+
+def _scores(hits) -> list[float]:  # noqa: ANN001
+    return [round(h.cosine, 5) for h in hits]
+
+
+@pytest.mark.django_db
+def test_graph_search_finds_the_exact_top_10(small_threshold: None, graph_searches: list[int]) -> None:
+    index, rng, centres = _built(3)
+    assert index.ann.graphs() == 2  # facts and messages of global/general  # type: ignore[union-attr]
+    now, same = timezone.now(), 0
+    queries = _clustered(rng, 100, centres)
+    for query in queries:
+        served = index.search(query, namespace="global", collection=None, limit=10, now=now)
+        exact = index.search(query, namespace="global", collection=None, limit=10, now=now, exact=True)
+        assert len(served) == 10
+        same += _scores(served) == _scores(exact)
+    assert same >= 98
+    assert len(graph_searches) == 2 * len(queries)  # both graphs walked by every served search
+
+
+@pytest.mark.django_db
+def test_filters_hold_on_the_graph_path(small_threshold: None, graph_searches: list[int]) -> None:
+    index, rng, centres = _built(5)
+    now = timezone.now()
+    for query in _clustered(rng, 20, centres):
+        walked = len(graph_searches)
+        facts = index.search(query, namespace="global", collection=None, limit=10, now=now, facts_only=True)
+        assert len(graph_searches) == walked + 1  # the messages' graph is not even walked
+        assert len(facts) == 10 and all(int(h.memory_id[1:]) % 5 for h in facts)  # no thread message
+        assert _scores(facts) == _scores(
+            index.search(query, namespace="global", collection=None, limit=10, now=now, facts_only=True, exact=True))
+        notes = index.search(query, namespace="global", collection="notes", limit=10, now=now)
+        assert len(notes) == 10 and all(int(h.memory_id[1:]) % 50 == 1 for h in notes)
+        other = index.search(query, namespace="other", collection=None, limit=10, now=now)
+        assert len(other) == 10 and all(int(h.memory_id[1:]) % 100 == 0 for h in other)
+        everything = index.search(query, namespace="global", collection=None, limit=10, now=now)
+        assert all(int(h.memory_id[1:]) % 100 for h in everything)  # never a row of "other"
+    assert graph_searches
+
+
+@pytest.mark.django_db
+def test_expired_rows_are_skipped_and_the_result_stays_full(small_threshold: None, graph_searches: list[int]) -> None:
+    index, rng, centres = _built(11)
+    query = _clustered(rng, 1, centres)[0]
+    now = timezone.now()
+    nearest = index.search(query, namespace="global", collection=None, limit=30, now=now, exact=True)
+    for hit in nearest[:20]:  # the 20 best expire (expiry changes are not re-indexed: only checked)
+        row = index._rows[hit.memory_id]  # noqa: SLF001
+        index._put(hit.memory_id, index._matrix[row].copy(), "global", "general", now.timestamp() - 1,  # noqa: SLF001
+                   threaded=bool(index._threaded[row]))  # noqa: SLF001
+    served = index.search(query, namespace="global", collection=None, limit=10, now=now)
+    assert [h.memory_id for h in served] == [h.memory_id for h in nearest[20:30]]
+    assert graph_searches
+
+
+def _graph_index(rng: np.random.Generator, count: int, centres: np.ndarray):  # noqa: ANN202
+    matrix = _clustered(rng, count, centres)
+    lock = threading.RLock()
+    index = ann.AnnIndex(DIMS, lock, lambda rows: matrix[rows])
+    for row, vector in enumerate(matrix):
+        index.put(row, vector, (0, 0, False))
+    return index, matrix, lock
+
+
+def _exact_rows(matrix: np.ndarray, query: np.ndarray, allowed: np.ndarray, k: int) -> np.ndarray:
+    scores = np.where(allowed, matrix @ query, -np.inf)
+    return np.sort(np.argsort(-scores)[:k])
+
+
+def _best(matrix: np.ndarray, query: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    return np.sort(rows[np.argsort(-(matrix[rows] @ query))[:k]])
+
+
+def test_a_graph_returns_the_best_allowed_rows_when_they_are_a_small_minority(small_threshold: None) -> None:
+    rng = np.random.default_rng(13)
+    centres = rng.standard_normal((40, DIMS))
+    index, matrix, lock = _graph_index(rng, 5_000, centres)
+    candidates = np.arange(matrix.shape[0])
+    allowed = rng.random(matrix.shape[0]) < 0.01  # e.g. all but 1 % expired
+    with lock:
+        assert index.shortlist(matrix[0], [0], allowed, candidates, 20) is None  # starts the build
+    index.wait()
+    same = 0
+    for query in _clustered(rng, 50, centres):
+        with lock:
+            rows = index.shortlist(query, [0], allowed, candidates, 20)
+        assert rows is not None and rows.size == 20 and allowed[rows].all()
+        same += np.array_equal(_best(matrix, query, rows, 10), _exact_rows(matrix, query, allowed, 10))
+    assert same >= 49
+
+
+def test_changes_after_and_during_a_build_are_reflected(small_threshold: None) -> None:
+    rng = np.random.default_rng(17)
+    centres = rng.standard_normal((40, DIMS))
+    matrix = _clustered(rng, 3_000, centres)
+    lock = threading.RLock()
+    extra = np.zeros((10, DIMS), dtype=np.float32)
+    reads: list[int] = []
+
+    def vectors(rows: np.ndarray) -> np.ndarray:
+        reads.append(1)
+        if len(reads) == 1:  # a write lands while the graph is being built (the lock is re-entrant)
+            extra[0] = matrix[5]  # a new row 3000 equal to row 5, and row 7 deleted
+            index.put(3_000, extra[0], (0, 0, False))
+            index.drop(7)
+        return np.concatenate([matrix, extra])[rows]
+
+    index = ann.AnnIndex(DIMS, lock, vectors)
+    for row, vector in enumerate(matrix):
+        index.put(row, vector, (0, 0, False))
+    allowed, candidates = np.ones(3_010, dtype=bool), np.arange(3_010)
+    with lock:
+        assert index.shortlist(matrix[0], [0], allowed, candidates, 5) is None
+    index.wait()
+    with lock:
+        near_five = index.shortlist(matrix[5], [0], allowed, candidates, 5)
+        assert near_five is not None and {5, 3_000} <= set(near_five.tolist())
+        assert 7 not in index.shortlist(matrix[7], [0], allowed, candidates, 5).tolist()
+        index.drop(5)  # after the build: removed from the graph
+        index.put(11, matrix[20], (0, 0, False))  # row 11 now holds row 20's vector
+        extra_row = index.shortlist(matrix[20], [0], allowed, candidates, 3)
+        assert 5 not in index.shortlist(matrix[5], [0], allowed, candidates, 5).tolist()
+        assert {11, 20} <= set(extra_row.tolist())
+        index.put(12, matrix[12], (1, 0, False))  # moved to another namespace's partition
+        assert 12 not in index.shortlist(matrix[12], [0], allowed, candidates, 5).tolist()
+        assert index.partitions(1, None, False) == [1]
+
+
+def test_state_round_trip_gives_identical_results(small_threshold: None) -> None:
+    rng = np.random.default_rng(19)
+    centres = rng.standard_normal((40, DIMS))
+    index, matrix, lock = _graph_index(rng, 3_000, centres)
+    candidates, allowed = np.arange(3_000), np.ones(3_000, dtype=bool)
+    with lock:
+        index.shortlist(matrix[0], [0], allowed, candidates, 10)
+    index.wait()
+    index.put(3_001 - 1, matrix[1], (0, 0, False))  # a change after the build is in the state too
+    state = index.state()
+    assert all(isinstance(value, np.ndarray) for value in state.values())
+    copy = ann.AnnIndex.from_state(state, DIMS, lock, lambda rows: matrix[rows])
+    assert copy.graphs() == 1
+    for query in _clustered(rng, 20, centres):
+        with lock:
+            assert np.array_equal(index.shortlist(query, [0], allowed, candidates, 10),
+                                  copy.shortlist(query, [0], allowed, candidates, 10))
+    state["part_of"] = state["part_of"][:10]
+    with pytest.raises(ValueError):
+        ann.AnnIndex.from_state(state, DIMS, lock, lambda rows: matrix[rows])
+
+
+@pytest.mark.django_db
+def test_rows_taken_from_elsewhere_are_assigned_to_their_partitions(small_threshold: None, graph_searches: list[int]) -> None:
+    """An index whose rows arrive without _put (a snapshot it opened) gives the graphs their
+    partitions with ``assign``: a large search then walks graphs and finds the exact top 10."""
+    rng = np.random.default_rng(11)
+    centres = rng.standard_normal((40, DIMS))
+    source = _index(rng, 8_000, centres)
+    opened = EmbeddedVectorIndex("test/ann", DIMS)
+    opened._loaded = True  # noqa: SLF001
+    for name in ("_matrix", "_ns", "_coll", "_threaded", "_live", "_ids", "_rows", "_free", "_codes", "_top"):
+        setattr(opened, name, getattr(source, name))
+    assert opened.ann is not None
+    opened.ann.assign(np.flatnonzero(opened._ns[: opened._top] >= 0), opened._ns, opened._coll, opened._threaded)  # noqa: SLF001
+    now, query = timezone.now(), _clustered(rng, 1, centres)[0]
+    opened.search(query, namespace="global", collection=None, limit=10, now=now)  # starts the builds
+    opened.ann.wait()
+    served = opened.search(query, namespace="global", collection=None, limit=10, now=now)
+    exact = opened.search(query, namespace="global", collection=None, limit=10, now=now, exact=True)
+    assert graph_searches and len(served) == 10 and _scores(served) == _scores(exact)
+    facts = opened.search(query, namespace="global", collection="notes", limit=10, now=now, facts_only=True)
+    assert facts and all(int(hit.memory_id[1:]) % 50 == 1 and int(hit.memory_id[1:]) % 5 for hit in facts)
