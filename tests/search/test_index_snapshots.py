@@ -129,7 +129,6 @@ def test_vector_index_opens_its_snapshot_instead_of_loading(hash_embedder, snaps
     assert _full_loads(queries.captured_queries) == []
 
 
-@pytest.mark.skipif(not ann.available(), reason="usearch is a dependency; without it there are no graphs")
 def test_graphs_know_the_rows_a_snapshot_brought(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
     """The HNSW partitions (memories/ann.py) learn of rows put by the feed; a snapshot's rows
     arrive without it, so opening one assigns them: the graph path then finds them too."""
