@@ -10,25 +10,39 @@ the caller re-scores the returned rows exactly with its float32 vectors.
 
 A search with ``ANN_MIN_ROWS`` candidates or more uses the graphs; a partition it searches gets
 a graph once it holds ``GRAPH_MIN_ROWS`` rows, and the rows of smaller ones are all re-scored.
-A graph is built in a background thread (searches meanwhile take the caller's other path),
-reading the vectors a chunk at a time under the caller's lock and replaying the rows that
-changed while it was being built. Afterwards rows are added and
-removed one at a time, as the caller's ``put``/``drop`` happen. A graph that has lost as many rows
-as it holds is rebuilt the same way.
+
+**A graph never changes once built.** Rows put into or dropped from its partition afterwards are
+its *dirty* rows: a search re-scores the dirty rows still in the partition exactly, beside the
+graph's answers (a graph answer no longer in the partition is dropped). When a partition has more
+dirty rows than ``refresh_after(rows)``, a background thread copies the graph, removes the dirty
+rows from the copy, adds back those still in the partition with their current vectors, and
+installs the copy; rows that change meanwhile stay dirty. A first build is the same with an empty
+graph and every row of the partition. Builds read vectors a chunk at a time under the caller's
+lock and add them outside it, so searches go on (they take the caller's other path until a first
+graph exists).
+
+Immutable graphs are what make them cheap to persist and share: a snapshot (memories.snapshots)
+saves each graph to a file outside the index's lock, and a new process maps that file read-only
+(``Index.restore(view=True)``), so it searches at once without a build and processes share the
+pages. An unchanged graph is hard-linked into the next snapshot instead of written again.
+
+Builds stop at interpreter exit (between chunks, joined by an ``atexit`` hook): a thread still
+inside the library when the process ends aborts it ("terminate called without an active
+exception"), which killed short-lived processes (an MCP stdio session) on large stores.
 
 Why a graph and not an IVF (k-means lists) in numpy: on the benchmark's vectors the exact top 10
 is scattered over so many lists that an IVF has to scan about 70 % of the rows to find it in 98 %
 of queries (docs/performance.md, "Approximate vector search").
-
-``state()`` and ``from_state()`` carry everything (the graphs serialised as uint8 arrays, the
-row-to-partition map), so a persisted snapshot spares a new process the build.
 """
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -45,9 +59,14 @@ GRAPH_MIN_ROWS = 5_000
 CONNECTIVITY = 32  # graph degree (usearch's M)
 EXPANSION_ADD = 96  # candidate list while inserting (build time grows with it)
 EXPANSION_SEARCH = 256  # candidate list while searching (a search asks for 400 rows anyway)
-BUILD_CHUNK = 8_192  # rows copied under the lock per step of a build
-_STATE_VERSION = 1
+BUILD_CHUNK = 1_024  # rows added per step of a build (about 0.5 s of one core): the exit hook waits at most this
+REFRESH_MIN_DIRTY = 2_048  # a graph is refreshed once its partition has this many dirty rows,
+REFRESH_DIRTY_SHARE = 0.01  # or this share of its rows if more (a 1M partition: 10k rows re-scored beside it)
+_STATE_VERSION = 2
 _BUILDING = threading.Lock()  # one build at a time in a process: it takes one core, serving keeps the other
+_STOP = threading.Event()  # set at interpreter exit: builds give up between chunks
+_THREADS: set[threading.Thread] = set()
+_THREADS_LOCK = threading.Lock()
 
 PartitionKey = tuple[int, int, bool]  # (namespace code, collection code, thread message)
 
@@ -61,6 +80,11 @@ def available() -> bool:
     return True
 
 
+def refresh_after(rows: int) -> int:
+    """Dirty rows a partition of ``rows`` rows tolerates before its graph is refreshed."""
+    return max(REFRESH_MIN_DIRTY, int(rows * REFRESH_DIRTY_SHARE))
+
+
 def _new_graph(dimensions: int):  # noqa: ANN202 - usearch.index.Index, imported lazily
     from usearch.index import Index
 
@@ -68,12 +92,75 @@ def _new_graph(dimensions: int):  # noqa: ANN202 - usearch.index.Index, imported
                  expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
 
 
+def _view_graph(path: Path, dimensions: int):  # noqa: ANN202
+    """The graph saved at ``path``, memory-mapped read-only (ValueError when it is not one of ours)."""
+    from usearch.index import Index
+
+    graph = Index.restore(str(path), view=True)
+    if graph is None or graph.ndim != dimensions:
+        raise ValueError(f"{path.name} is not a {dimensions}-dimension graph")
+    graph.expansion_search = EXPANSION_SEARCH  # not part of the file
+    graph.saved_at = path  # the file it maps: linked, not rewritten, by the next snapshot
+    return graph
+
+
+def save_graph(graph: object, path: Path) -> None:
+    """Write ``graph`` to ``path``; a graph already in a file (opened from, or saved to, a
+    snapshot) is hard-linked from it instead (graphs never change once built)."""
+    source = getattr(graph, "saved_at", None)
+    if source is not None:
+        try:
+            os.link(source, path)
+        except OSError:
+            pass  # removed meanwhile, or another file system: write it
+        else:
+            return
+    graph.save(str(path))  # type: ignore[attr-defined]
+    graph.saved_at = path  # type: ignore[attr-defined]
+
+
+def _stop_builds() -> None:
+    """At interpreter exit: let running builds finish their chunk and end."""
+    _STOP.set()
+    with _THREADS_LOCK:
+        threads = list(_THREADS)
+    for thread in threads:
+        thread.join(timeout=30)
+
+
+atexit.register(_stop_builds)
+
+
 @dataclass
 class _Partition:
     rows: int = 0  # rows of the caller in this partition
-    graph: object | None = None  # usearch Index over exactly those rows, once built
-    removed: int = 0  # rows removed from the graph since it was built
+    graph: object | None = None  # usearch Index, immutable once installed (see the module docstring)
+    dirty: set[int] = field(default_factory=set)  # rows put or dropped since the graph was built
     building: set[int] | None = None  # while a build runs: rows changed since it started
+    _dirty_rows: np.ndarray | None = None  # ``dirty`` as an array, until it changes
+
+    def touch(self, row: int) -> None:
+        if self.graph is not None:
+            self.dirty.add(row)
+            self._dirty_rows = None
+        if self.building is not None:
+            self.building.add(row)
+
+    def dirty_rows(self) -> np.ndarray:
+        if self._dirty_rows is None:
+            self._dirty_rows = np.fromiter(self.dirty, dtype=np.int64, count=len(self.dirty))
+        return self._dirty_rows
+
+    def install(self, graph: object, dirty: set[int]) -> None:
+        self.graph, self.dirty, self._dirty_rows = graph, dirty, None
+
+
+@dataclass
+class AnnCapture:
+    """What a snapshot keeps of the index: plain arrays, and the graphs to save as files."""
+
+    arrays: dict[str, np.ndarray]
+    graphs: dict[str, object]  # file name -> graph
 
 
 class AnnIndex:
@@ -107,6 +194,7 @@ class AnnIndex:
     def put(self, row: int, vector: np.ndarray, key: PartitionKey, *, moved: bool = True) -> None:
         """The row now holds ``vector`` in partition ``key`` (``moved``: its vector or partition
         may have changed; False when only its expiry did, which the graph does not hold)."""
+        del vector  # read through ``vectors`` when a graph is (re)built
         pid = self._pid(key)
         if row >= self._part_of.size:
             grown = np.full(max(row + 1, self._part_of.size * 3 // 2, 1024), -1, dtype=np.int32)
@@ -118,14 +206,11 @@ class AnnIndex:
         self._part_of[row] = pid
         part = self._parts[pid]
         part.rows += 1
-        if part.building is not None:
-            part.building.add(row)
-        if part.graph is not None:
-            part.graph.add(row, np.asarray(vector, dtype=np.float32))
+        part.touch(row)
 
     def assign(self, rows: np.ndarray, namespaces: np.ndarray, collections: np.ndarray, threaded: np.ndarray) -> None:
         """Start over with these rows in their partitions (the codes and flag of each row, indexed
-        by row): the caller took its rows from elsewhere than ``put`` (a snapshot it opened).
+        by row): the caller took its rows from elsewhere than ``put`` (a snapshot without graphs).
         Graphs are built on demand, as after puts."""
         self.reset()
         if rows.size == 0:
@@ -148,13 +233,7 @@ class AnnIndex:
         part = self._parts[int(self._part_of[row])]
         self._part_of[row] = -1
         part.rows -= 1
-        if part.building is not None:
-            part.building.add(row)
-        if part.graph is not None:
-            part.graph.remove(row)
-            part.removed += 1
-            if part.removed > max(part.rows, GRAPH_MIN_ROWS):  # the graph is mostly holes: rebuild it
-                part.graph, part.removed = None, 0
+        part.touch(row)
 
     def reset(self) -> None:
         """Forget every row and graph (the caller renumbers its rows)."""
@@ -175,8 +254,9 @@ class AnnIndex:
 
     def shortlist(self, query: np.ndarray, pids: Iterable[int], allowed: np.ndarray, candidates: np.ndarray,
                   keep: int) -> np.ndarray | None:
-        """Up to ``keep`` allowed rows per searched graph nearest the query, plus every allowed row
-        of the small partitions; None when a large partition has no graph yet (one is being built)."""
+        """Up to ``keep`` allowed rows per searched graph nearest the query, with the allowed dirty
+        rows of those partitions and every allowed row of the small ones; None when a large
+        partition has no graph yet (one is being built)."""
         pids = list(pids)
         missing = [pid for pid in pids if self._parts[pid].graph is None and self._parts[pid].rows >= GRAPH_MIN_ROWS]
         if missing:
@@ -187,73 +267,94 @@ class AnnIndex:
         small: list[int] = []
         for pid in pids:
             part = self._parts[pid]
-            if part.graph is not None:
-                found.append(self._graph_search(part.graph, query, allowed, keep))
-            else:
+            if part.graph is None:
                 small.append(pid)
+                continue
+            found.append(self._graph_search(part.graph, pid, query, allowed, keep))
+            dirty = part.dirty_rows()
+            if dirty.size:
+                found.append(self._allowed_in(dirty, pid, allowed))
+            if len(part.dirty) > refresh_after(part.rows):
+                self._start_build(pid)
         if small:  # scanned exactly: few rows by definition
             found.append(candidates[np.isin(self._part_of[candidates], small)])
-        return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
 
-    def _graph_search(self, graph: object, query: np.ndarray, allowed: np.ndarray, keep: int) -> np.ndarray:
+    def _graph_search(self, graph: object, pid: int, query: np.ndarray, allowed: np.ndarray, keep: int) -> np.ndarray:
         count = keep
         while True:
             rows = np.asarray(graph.search(query, count=count, threads=1).keys, dtype=np.int64)  # type: ignore[attr-defined]
-            live = rows[allowed[rows]]
+            live = self._allowed_in(rows, pid, allowed)  # dirty rows are added by the caller
             if live.size >= keep or rows.size < count:  # enough, or the graph has no more rows
                 return live[:keep]
             count *= 4
+
+    def _allowed_in(self, rows: np.ndarray, pid: int, allowed: np.ndarray) -> np.ndarray:
+        """Those of ``rows`` the search allows that are (still) in partition ``pid``."""
+        rows = rows[rows < min(allowed.size, self._part_of.size)]
+        return rows[allowed[rows] & (self._part_of[rows] == pid)]
 
     # ------------------------------------------------------------------ building
 
     def _start_build(self, pid: int) -> None:
         part = self._parts[pid]
-        if part.building is not None:
+        if part.building is not None or _STOP.is_set():
             return
         part.building = set()
         thread = threading.Thread(target=self._build, args=(pid, self._generation), name=f"ann-build-{pid}",
                                   daemon=True)
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        with _THREADS_LOCK:
+            _THREADS.add(thread)
         thread.start()
 
     def _build(self, pid: int, generation: int) -> None:
         try:
-            with _BUILDING:
+            while not _BUILDING.acquire(timeout=0.2):
+                if _STOP.is_set():
+                    return
+            try:
                 self._build_graph(pid, generation)
-        except Exception:  # a failed build leaves the partition on the exact path; logged, retried later
+            finally:
+                _BUILDING.release()
+        except Exception:  # a failed build leaves the partition as it was; logged, retried later
             log.exception("building the vector graph of partition %d failed", pid)
+        finally:
             with self._lock:
-                if generation == self._generation:
-                    self._parts[pid].building = None
+                if generation == self._generation and self._parts[pid].building is not None:
+                    self._parts[pid].building = None  # given up: the next search starts another
+            with _THREADS_LOCK:
+                _THREADS.discard(threading.current_thread())
 
     def _build_graph(self, pid: int, generation: int) -> None:
+        """Copy the partition's graph (or start an empty one), bring it up to date, install it."""
         with self._lock:
-            rows = np.flatnonzero(self._part_of == pid)
-        graph = _new_graph(self.dimensions)
-        for start in range(0, rows.size, BUILD_CHUNK):
+            if generation != self._generation:
+                return
+            base = self._parts[pid].graph
+            todo = np.flatnonzero(self._part_of == pid) if base is None else self._parts[pid].dirty_rows().copy()
+        graph = _new_graph(self.dimensions) if base is None else base.copy()  # type: ignore[attr-defined]
+        graph.expansion_search = EXPANSION_SEARCH
+        if base is not None and todo.size:  # their entries may be stale: removed, and added back if still here
+            present = todo[np.asarray(graph.contains(todo), dtype=bool).reshape(-1)]
+            if present.size:
+                graph.remove(present)
+        for start in range(0, todo.size, BUILD_CHUNK):
             with self._lock:
-                if generation != self._generation:
+                if generation != self._generation or _STOP.is_set():
                     return
-                chunk = rows[start:start + BUILD_CHUNK]
+                chunk = todo[start:start + BUILD_CHUNK]
+                chunk = chunk[(chunk < self._part_of.size)]
                 chunk = chunk[self._part_of[chunk] == pid]  # rows gone since are in part.building
-                vectors = self._vectors(chunk)
-            graph.add(chunk, vectors, threads=1)  # outside the lock: searches go on meanwhile
+                vectors = self._vectors(chunk) if chunk.size else None
+            if vectors is not None:
+                graph.add(chunk, vectors, threads=1)  # outside the lock: searches go on meanwhile
         with self._lock:
             if generation != self._generation:
                 return
             part = self._parts[pid]
-            self._replay(graph, pid, part.building or set())
-            part.graph, part.building, part.removed = graph, None, 0
-
-    def _replay(self, graph: object, pid: int, changed: set[int]) -> None:
-        """Bring a graph built from a moving index up to date with the rows changed meanwhile."""
-        rows = np.fromiter(changed, dtype=np.int64, count=len(changed))
-        present = rows[np.asarray(graph.contains(rows), dtype=bool).reshape(-1)] if rows.size else rows  # type: ignore[attr-defined]
-        if present.size:
-            graph.remove(present)  # type: ignore[attr-defined]
-        current = rows[self._part_of[rows] == pid] if rows.size else rows
-        if current.size:
-            graph.add(current, self._vectors(current), threads=1)  # type: ignore[attr-defined]
+            part.install(graph, part.building or set())  # what changed meanwhile stays dirty
+            part.building = None
 
     def wait(self) -> None:
         """Block until the builds started so far have finished (tests, benchmarks)."""
@@ -264,42 +365,50 @@ class AnnIndex:
         """How many partitions have a graph."""
         return sum(part.graph is not None for part in self._parts)
 
+    def dirty(self) -> int:
+        """Rows re-scored beside the graphs, over all partitions."""
+        return sum(len(part.dirty) for part in self._parts if part.graph is not None)
+
     # ------------------------------------------------------------------ persistence
 
-    def state(self) -> dict[str, np.ndarray]:
-        """Everything as plain arrays: the row -> partition map, the keys, and each graph serialised."""
-        state: dict[str, np.ndarray] = {
+    def capture(self) -> AnnCapture:
+        """The row -> partition map, the keys, each graph's dirty rows, and the graphs themselves
+        (immutable: a snapshot writer saves them outside the lock). Call with the lock held."""
+        dirty = [np.stack([np.full(len(part.dirty), pid, dtype=np.int64), part.dirty_rows()], axis=1)
+                 for pid, part in enumerate(self._parts) if part.graph is not None and part.dirty]
+        arrays = {
             "version": np.array([_STATE_VERSION], dtype=np.int64),
             "part_of": self._part_of.copy(),
-            "keys": np.array([[ns, coll, int(threaded)] for ns, coll, threaded in self._keys], dtype=np.int64).reshape(-1, 3),
+            "keys": np.array(list(self._keys), dtype=np.int64).reshape(-1, 3),
+            "dirty": np.concatenate(dirty) if dirty else np.zeros((0, 2), dtype=np.int64),
         }
-        for (ns, coll, threaded), pid in self._keys.items():
-            graph = self._parts[pid].graph
-            if graph is not None:
-                state[f"graph_{pid}"] = np.frombuffer(graph.save(), dtype=np.uint8)  # type: ignore[attr-defined]
-            assert self._keys[(ns, coll, threaded)] == pid
-        return state
+        graphs = {f"graph_{pid}.usearch": part.graph for pid, part in enumerate(self._parts) if part.graph is not None}
+        return AnnCapture(arrays, graphs)
 
     @classmethod
-    def from_state(cls, state: dict[str, np.ndarray], dimensions: int, lock: threading.RLock,
-                   vectors: Callable[[np.ndarray], np.ndarray]) -> AnnIndex:
-        """The index ``state()`` described (ValueError when it does not fit together)."""
-        if int(state["version"][0]) != _STATE_VERSION:
+    def opened(cls, arrays: dict[str, np.ndarray], files: dict[str, Path], dimensions: int, lock: threading.RLock,
+               vectors: Callable[[np.ndarray], np.ndarray]) -> AnnIndex:
+        """The index ``capture()`` described, its graphs mapped from ``files`` (ValueError when
+        the pieces do not fit together)."""
+        if int(arrays["version"][0]) != _STATE_VERSION:
             raise ValueError("unknown ANN state version")
         index = cls(dimensions, lock, vectors)
-        for ns, coll, threaded in np.asarray(state["keys"], dtype=np.int64).reshape(-1, 3):
+        for ns, coll, threaded in np.asarray(arrays["keys"], dtype=np.int64).reshape(-1, 3):
             index._pid((int(ns), int(coll), bool(threaded)))
-        index._part_of = np.asarray(state["part_of"], dtype=np.int32).copy()
+        index._part_of = np.asarray(arrays["part_of"], dtype=np.int32).copy()
         counts = np.bincount(index._part_of[index._part_of >= 0], minlength=len(index._parts))
         if counts.size != len(index._parts):
             raise ValueError("ANN state refers to unknown partitions")
+        dirty = np.asarray(arrays["dirty"], dtype=np.int64).reshape(-1, 2)
         for pid, part in enumerate(index._parts):
             part.rows = int(counts[pid])
-            blob = state.get(f"graph_{pid}")
-            if blob is not None:
-                graph = _new_graph(dimensions)
-                graph.load(bytes(np.asarray(blob, dtype=np.uint8)))
-                if len(graph) != part.rows:
-                    raise ValueError(f"ANN graph {pid} holds {len(graph)} rows, not {part.rows}")
-                part.graph = graph
+            path = files.get(f"graph_{pid}.usearch")
+            if path is not None:
+                graph = _view_graph(path, dimensions)
+                if len(graph) > index._part_of.size:
+                    raise ValueError(f"ANN graph {pid} holds more rows than the index")
+                part.install(graph, set(dirty[dirty[:, 0] == pid, 1].tolist()))
+        if (dirty[:, 0] >= len(index._parts)).any() or (dirty[:, 1] >= index._part_of.size).any() or \
+                any(part.dirty and part.graph is None for part in index._parts):
+            raise ValueError("ANN state has dirty rows the index cannot hold")
         return index

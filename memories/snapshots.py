@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,10 @@ class Capture:
     texts: dict[str, list[str]]
     meta: dict[str, Any]
     position: FeedPosition
+    # Other files, by name with their suffix: written by the callable when capturing (outside the
+    # index's lock), and the checked path when opening.
+    files: dict[str, Callable[[Path], None]] = field(default_factory=dict)
+    paths: dict[str, Path] = field(default_factory=dict)
 
 
 def enabled() -> bool:
@@ -119,6 +123,9 @@ def _write_files(target: Path, capture: Capture) -> dict[str, dict[str, Any]]:
         path = target / f"{key}.txt"
         path.write_text("\n".join(lines), encoding="utf-8")
         files[path.name] = {"lines": len(lines)}
+    for name, writer in capture.files.items():
+        writer(target / name)
+        files[name] = {}
     for name, entry in files.items():
         path = target / name
         _fsynced(path)
@@ -213,7 +220,7 @@ def _check_manifest(manifest: dict[str, Any] | None, expect: dict[str, Any], req
         raise Rejected(f"the manifest lacks {', '.join(missing) or 'its files or position'}")
 
 
-def _open_file(path: Path, entry: dict[str, Any], mmap_mode: str) -> np.ndarray | list[str]:
+def _open_file(path: Path, entry: dict[str, Any], mmap_mode: str) -> np.ndarray | list[str] | Path:
     if not path.is_file() or path.stat().st_size != entry.get("bytes"):
         raise Rejected(f"{path.name} is missing or has the wrong size")
     if _sha256(path) != entry.get("sha256"):
@@ -224,6 +231,8 @@ def _open_file(path: Path, entry: dict[str, Any], mmap_mode: str) -> np.ndarray 
         if len(lines) != entry.get("lines"):
             raise Rejected(f"{path.name} has {len(lines)} lines, not {entry.get('lines')}")
         return lines
+    if path.suffix != ".npy":
+        return path  # the caller's own format: checked here, opened by the caller
     try:
         array = np.load(path, mmap_mode=mmap_mode, allow_pickle=False)  # type: ignore[call-overload]
     except ValueError as exc:
@@ -240,18 +249,22 @@ def _open(root: Path, name: str, expect: dict[str, Any], required: tuple[str, ..
     folder = root / str(manifest.get("directory", ""))
     arrays: dict[str, np.ndarray] = {}
     texts: dict[str, list[str]] = {}
+    paths: dict[str, Path] = {}
     for file_name, entry in manifest.get("files", {}).items():
         stem = file_name.rsplit(".", 1)[0]
         # Copy-on-write where the index writes rows in place; read-only (shared, never copied) elsewhere.
         opened = _open_file(folder / file_name, entry, "c" if stem in writable else "r")
-        if isinstance(opened, list):
+        if isinstance(opened, Path):
+            paths[file_name] = opened
+        elif isinstance(opened, list):
             texts[stem] = opened
         else:
             arrays[stem] = opened
     position = manifest.get("position", {})
     _check_position(FeedPosition(int(position.get("change_id", -1)), position.get("memory_id")),
                     float(manifest.get("captured_at", 0.0)), str(manifest.get("store_birth")))
-    return Capture(arrays, texts, manifest["meta"], FeedPosition(int(position["change_id"]), position.get("memory_id")))
+    return Capture(arrays, texts, manifest["meta"], FeedPosition(int(position["change_id"]), position.get("memory_id")),
+                   paths=paths)
 
 
 def _check_position(position: FeedPosition, captured_at: float, birth: str) -> None:

@@ -23,11 +23,13 @@ that union exactly.
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 import numpy as np
 from django.db import DatabaseError
@@ -268,7 +270,7 @@ class EmbeddedVectorIndex:
         self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
         self._top = int(snapshot.meta["top"])
         if self._ann is not None:  # the rows came from the snapshot, not through _put
-            self._ann.assign(np.flatnonzero(self._ns[: self._top] >= 0), self._ns, self._coll, self._threaded)
+            self._ann = self._opened_graphs(snapshot) or self._ann
         if {"sketch", "mean", "basis"} <= arrays.keys() and len(arrays["sketch"]) == len(ids):
             self._projection = Projection(arrays["mean"], arrays["basis"], int(snapshot.meta.get("fitted_rows", 0)))
             self._sketch = arrays["sketch"]
@@ -276,6 +278,19 @@ class EmbeddedVectorIndex:
         self._loaded, self.loaded_from = True, "snapshot"
         self._keeper.opened(0)
         return True
+
+    def _opened_graphs(self, snapshot: snapshots.Capture) -> ann.AnnIndex | None:
+        """The snapshot's HNSW graphs, mapped from its files; without them (or when they do not
+        fit) the rows are assigned to their partitions and graphs are built when needed."""
+        assert self._ann is not None
+        arrays = {key[4:]: value for key, value in snapshot.arrays.items() if key.startswith("ann_")}
+        if arrays:
+            try:
+                return ann.AnnIndex.opened(arrays, snapshot.paths, self.dimensions, self._lock, self._vectors_of)
+            except (ValueError, KeyError, RuntimeError) as exc:
+                snapshots.logger.warning("vector index: snapshot graphs unusable (%s), rebuilding them", exc)
+        self._ann.assign(np.flatnonzero(self._ns[: self._top] >= 0), self._ns, self._coll, self._threaded)
+        return None
 
     _CAPTURE_ROWS = 8192  # rows of the vectors (and sketch) copied per hold of the lock
 
@@ -324,9 +339,14 @@ class EmbeddedVectorIndex:
         if self._projection is not None:
             arrays |= {"sketch": copies["sketch"], "mean": self._projection.mean, "basis": self._projection.basis}
             meta["fitted_rows"] = self._projection.fitted_rows
+        files: dict[str, Callable[[Path], None]] = {}
+        if self._ann is not None:  # the graphs never change: saved after the lock is released
+            graphs = self._ann.capture()
+            arrays |= {f"ann_{key}": value for key, value in graphs.arrays.items()}
+            files = {name: functools.partial(ann.save_graph, graph) for name, graph in graphs.graphs.items()}
         ids = [memory_id or "" for memory_id in self._ids]
         position = snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id)
-        return snapshots.Capture(arrays, {"ids": ids}, meta, position)
+        return snapshots.Capture(arrays, {"ids": ids}, meta, position, files=files)
 
     def save_snapshot(self) -> bool:
         """Write the snapshot now, on this thread (the background writer does the same)."""

@@ -1,7 +1,11 @@
 """HNSW graphs of the large partitions (memories/ann.py) and their use by the embedded index."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -189,26 +193,101 @@ def test_changes_after_and_during_a_build_are_reflected(small_threshold: None) -
         assert index.partitions(1, None, False) == [1]
 
 
-def test_state_round_trip_gives_identical_results(small_threshold: None) -> None:
-    rng = np.random.default_rng(19)
+def _one_built_graph(seed: int):  # noqa: ANN202
+    """3,000 clustered rows in one partition, its graph built."""
+    rng = np.random.default_rng(seed)
     centres = rng.standard_normal((40, DIMS))
     index, matrix, lock = _graph_index(rng, 3_000, centres)
-    candidates, allowed = np.arange(3_000), np.ones(3_000, dtype=bool)
     with lock:
-        index.shortlist(matrix[0], [0], allowed, candidates, 10)
+        index.shortlist(matrix[0], [0], np.ones(3_000, dtype=bool), np.arange(3_000), 10)
     index.wait()
+    return rng, centres, index, matrix, lock
+
+
+def _saved(index: ann.AnnIndex, folder: Path) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
+    """What a snapshot writer does with a capture: the arrays kept, each graph saved to a file."""
+    captured = index.capture()
+    files = {}
+    for name, graph in captured.graphs.items():
+        ann.save_graph(graph, folder / name)
+        files[name] = folder / name
+    return captured.arrays, files
+
+
+def test_a_captured_index_opens_with_mapped_graphs_and_identical_results(small_threshold: None, tmp_path: Path) -> None:
+    rng, centres, index, matrix, lock = _one_built_graph(19)
+    candidates, allowed = np.arange(3_000), np.ones(3_000, dtype=bool)
     index.put(3_001 - 1, matrix[1], (0, 0, False))  # a change after the build is in the state too
-    state = index.state()
-    assert all(isinstance(value, np.ndarray) for value in state.values())
-    copy = ann.AnnIndex.from_state(state, DIMS, lock, lambda rows: matrix[rows])
-    assert copy.graphs() == 1
-    for query in _clustered(rng, 20, centres):
+    index.drop(17)
+    arrays, files = _saved(index, tmp_path)
+    assert all(isinstance(value, np.ndarray) for value in arrays.values()) and len(files) == 1
+    copy = ann.AnnIndex.opened(arrays, files, DIMS, lock, lambda rows: matrix[rows])
+    assert copy.graphs() == 1 and copy.dirty() == 2
+    for query in [*_clustered(rng, 20, centres), matrix[1], matrix[17]]:
         with lock:
             assert np.array_equal(index.shortlist(query, [0], allowed, candidates, 10),
                                   copy.shortlist(query, [0], allowed, candidates, 10))
-    state["part_of"] = state["part_of"][:10]
+            assert 17 not in copy.shortlist(query, [0], allowed, candidates, 10).tolist()
+    again = tmp_path / "again"
+    again.mkdir()
+    _, linked = _saved(copy, again)  # an unchanged graph is linked from the file it was opened from
+    assert linked[next(iter(files))].stat().st_ino == files[next(iter(files))].stat().st_ino
+    bad = dict(arrays, part_of=arrays["part_of"][:10])
     with pytest.raises(ValueError):
-        ann.AnnIndex.from_state(state, DIMS, lock, lambda rows: matrix[rows])
+        ann.AnnIndex.opened(bad, files, DIMS, lock, lambda rows: matrix[rows])
+    with pytest.raises(ValueError):
+        ann.AnnIndex.opened(arrays, files, DIMS + 1, lock, lambda rows: matrix[rows])
+
+
+def test_many_changes_refresh_the_graph_and_results_stay_exact(small_threshold: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dirty rows past the threshold start a refresh: a copy of the graph with them applied
+    replaces it, the dirty set empties, and the shortlist still holds the exact best rows."""
+    monkeypatch.setattr(ann, "REFRESH_MIN_DIRTY", 200)
+    rng, centres, index, matrix, lock = _one_built_graph(23)
+    candidates, allowed = np.arange(3_000), np.ones(3_000, dtype=bool)
+    first = index._parts[0].graph  # noqa: SLF001
+    fresh = _clustered(rng, 300, centres)
+    with lock:
+        matrix[:300] = fresh  # 300 rows get new vectors
+        for row in range(300):
+            index.put(row, matrix[row], (0, 0, False))
+        assert index.dirty() == 300
+        index.shortlist(matrix[0], [0], allowed, candidates, 10)  # past the threshold: starts the refresh
+    index.wait()
+    assert index._parts[0].graph is not first and index.dirty() == 0  # noqa: SLF001
+    same = 0
+    for query in _clustered(rng, 30, centres):
+        with lock:
+            rows = index.shortlist(query, [0], allowed, candidates, 40)
+        same += np.array_equal(_best(matrix, query, rows, 10), _exact_rows(matrix, query, allowed, 10))
+    assert same >= 29
+
+
+_EXIT_SCRIPT = """
+import threading, time, numpy as np
+from memories import ann
+ann.GRAPH_MIN_ROWS = 10
+rng = np.random.default_rng(0)
+matrix = rng.standard_normal((200_000, 64)).astype(np.float32)
+lock = threading.RLock()
+index = ann.AnnIndex(64, lock, lambda rows: matrix[rows])
+index.assign(np.arange(200_000), np.zeros(200_000, np.int32), np.zeros(200_000, np.int32), np.zeros(200_000, bool))
+with lock:
+    assert index.shortlist(matrix[0], [0], np.ones(200_000, bool), np.arange(200_000), 10) is None
+time.sleep(0.5)  # the build is inside usearch now
+print("leaving", flush=True)
+"""
+
+
+def test_a_process_leaving_during_a_build_exits_cleanly() -> None:
+    """A build still running at interpreter exit used to abort the process from C++
+    ("terminate called without an active exception"): the exit hook stops it between chunks."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], cwd=root, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.stdout.strip() == "leaving"
+    assert done.returncode == 0, done.stderr
+    assert "terminate called" not in done.stderr
 
 
 @pytest.mark.django_db

@@ -147,6 +147,50 @@ def test_graphs_know_the_rows_a_snapshot_brought(hash_embedder, snapshot_dir, mo
     assert _semantic(second, hash_embedder, text, namespace="alice", days=-1) == expected
 
 
+def test_a_snapshot_carries_its_graphs_so_a_new_process_builds_none(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
+    """The graphs are saved beside the vectors and mapped by the next process: it walks them on
+    its first search, without a build, and returns what the first one did (the row the feed
+    brings after the snapshot is among its dirty rows, re-scored exactly)."""
+    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
+    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 2)
+    _store(hash_embedder)
+    text = "The lighthouse keeper paints the railing blue"
+    first = _vector_index(hash_embedder)
+    _semantic(first, hash_embedder, text, namespace="alice")  # starts the build
+    assert first.ann is not None
+    first.ann.wait()
+    assert first.ann.graphs() == 1
+    _saved(first)
+    assert list(snapshot_dir.glob("vector-*/graph_*.usearch"))
+    later = remember("The lighthouse keeper retires in spring", namespace="alice")
+    expected = _semantic(first, hash_embedder, text, namespace="alice", days=-1)
+    assert str(later.id) in expected
+    builds: list[int] = []
+    monkeypatch.setattr(ann.AnnIndex, "_start_build", lambda self, pid: builds.append(pid))
+    second = _vector_index(hash_embedder)
+    assert _semantic(second, hash_embedder, text, namespace="alice", days=-1) == expected
+    assert second.loaded_from == "snapshot" and second.ann is not None
+    assert second.ann.graphs() == 1 and second.ann.dirty() == 1 and builds == []
+
+
+def test_a_snapshot_whose_graph_file_is_corrupt_is_rebuilt(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
+    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 2)
+    _store(hash_embedder)
+    first = _vector_index(hash_embedder)
+    expected = _semantic(first, hash_embedder, "lighthouse", namespace="alice")
+    first.ann.wait()  # type: ignore[union-attr]
+    _saved(first)
+    (graph,) = snapshot_dir.glob("vector-*/graph_*.usearch")
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    graph.unlink()  # another file, not the linked one
+    graph.write_bytes(bytes(data))
+    second = _vector_index(hash_embedder)
+    assert _semantic(second, hash_embedder, "lighthouse", namespace="alice") == expected
+    assert second.loaded_from == "database"
+
+
 def test_text_index_opens_its_snapshot_instead_of_loading(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
     ids = _store(hash_embedder)
     first = _text_index()
