@@ -37,6 +37,7 @@ from django.utils.timezone import make_aware
 from memories import snapshots
 from memories.feed import FeedReader, discarded_on_failure
 from memories.text import ANALYZER_VERSION
+from search.bm25_topk import Bm25, TermList, top_k
 
 _INF = math.inf
 _SELECT = {
@@ -83,6 +84,12 @@ class TextIndex:
         self._snap_offsets = np.zeros(1, dtype=np.int64)
         self._codes: dict[str, int] = {}
         self._dead = 0
+        self._deaths = array("i")  # rows masked since the load, in order (for the df caches)
+        self._ns_docs: dict[int, list[float]] = {}  # namespace code -> [live rows, sum of their lengths]
+        self._term_stats: dict[str, tuple[int, float, float]] = {}  # term -> (postings seen, max tf, min dl)
+        self._df: dict[tuple[int, str], tuple[int, int, int]] = {}  # (ns, term) -> (df, postings seen, deaths seen)
+        self._eligible: dict[tuple[int, int | None], tuple[int, float, float, np.ndarray]] = {}
+        self._version = 0  # bumped by every change of a row: the eligible masks depend on it
 
     def _code(self, key: str) -> int:
         return self._codes.setdefault(key, len(self._codes))
@@ -100,12 +107,12 @@ class TextIndex:
              until: float) -> None:
         signature = _signature(content, tags, context, namespace, collection)
         old = self._row_of.get(memory_id)
+        self._version += 1
         if old is not None and self._alive[old] and self._sig[old] == signature:
             self._live[old] = until  # only the expiry moved (access tracking): update in place
             return
         if old is not None and self._alive[old]:
-            self._alive[old] = 0
-            self._dead += 1
+            self._kill(old)
         row = len(self._ids)
         tokens = content.split() + tags.split() * self.tag_weight
         counts: dict[str, float] = {}
@@ -120,12 +127,25 @@ class TextIndex:
             tfs.append(tf)
         self._ids.append(memory_id)
         self._row_of[memory_id] = row
-        self._ns.append(self._code("n:" + namespace))
+        ns_code = self._code("n:" + namespace)
+        self._ns.append(ns_code)
         self._coll.append(self._code("c:" + collection))
         self._live.append(until)
         self._dl.append(len(tokens) + self.context_weight * len(context_tokens))
         self._alive.append(1)
         self._sig.append(signature)
+        docs = self._ns_docs.setdefault(ns_code, [0, 0.0])
+        docs[0] += 1
+        docs[1] += self._dl[row]
+
+    def _kill(self, row: int) -> None:
+        """Mask a row (replaced or dropped): it leaves its namespace's statistics."""
+        self._alive[row] = 0
+        self._dead += 1
+        self._deaths.append(row)
+        docs = self._ns_docs[self._ns[row]]
+        docs[0] -= 1
+        docs[1] -= self._dl[row]
 
     def _own_posting(self, term: str) -> tuple[array, array]:
         """The term's posting list in RAM, copied from the snapshot the first time a row adds to it."""
@@ -152,9 +172,9 @@ class TextIndex:
 
     def _drop(self, memory_id: str) -> None:
         row = self._row_of.pop(memory_id, None)
+        self._version += 1
         if row is not None and self._alive[row]:
-            self._alive[row] = 0
-            self._dead += 1
+            self._kill(row)
 
     def _ingest(self, rows: list[tuple]) -> None:
         for memory_id, content, tags, context, namespace, collection, decay, expires in rows:
@@ -216,43 +236,83 @@ class TextIndex:
 
     def _score(self, terms: list[str], namespace: str, collection: str | None, now: datetime,
                limit: int) -> list[tuple[str, float]]:
+        """BM25 with the namespace's own statistics (kept as rows change, not recounted per
+        query), the top ``limit`` found by MaxScore (search/bm25_topk.py)."""
         ns_code = self._codes.get("n:" + namespace)
-        if ns_code is None:
+        docs = self._ns_docs.get(ns_code) if ns_code is not None else None
+        if ns_code is None or docs is None or docs[0] <= 0:
             return []
-        ns = np.frombuffer(self._ns, dtype=np.int32)
-        alive = np.frombuffer(self._alive, dtype=np.int8).astype(bool)
-        in_ns = alive & (ns == ns_code)
-        n_docs = int(in_ns.sum())
-        if n_docs == 0:
-            return []
-        dl = np.frombuffer(self._dl, dtype=np.float32)
-        avgdl = max(float(dl[in_ns].mean()), 1.0)
-        eligible = in_ns & (np.frombuffer(self._live, dtype=np.float64) > now.timestamp())
-        if collection is not None:
-            eligible &= np.frombuffer(self._coll, dtype=np.int32) == self._codes.get("c:" + collection, -2)
-        scores = np.zeros(len(self._ids), dtype=np.float32)
+        n_docs = int(docs[0])
+        lists: list[TermList] = []
         for term in terms:
             posting = self._posting(term)
             if posting is None:
                 continue
             rows = np.frombuffer(posting[0], dtype=np.int32)
-            tfs = np.frombuffer(posting[1], dtype=np.float32)
-            df = int(in_ns[rows].sum())
+            df = self._doc_frequency(ns_code, term, rows)
             if df == 0:
                 continue
-            keep = eligible[rows]
-            rows, tfs = rows[keep], tfs[keep]
-            idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
-            norm = self.k1 * (1 - self.b + self.b * dl[rows] / avgdl)
-            scores[rows] += idf * tfs * (self.k1 + 1) / (tfs + norm)
-        hits = np.flatnonzero(scores > 0)
-        if hits.size == 0:
+            tfs = np.frombuffer(posting[1], dtype=np.float32)
+            max_tf, min_dl = self._list_stats(term, rows, tfs)
+            lists.append(TermList(rows, tfs, math.log(1 + (n_docs - df + 0.5) / (df + 0.5)), max_tf, min_dl))
+        if not lists:
             return []
-        top = min(limit, hits.size)
-        best = hits[np.argpartition(-scores[hits], top - 1)[:top]]
-        best = best[np.argsort(-scores[best], kind="stable")]
-        return [(self._ids[i], float(scores[i])) for i in best]
+        bm25 = Bm25(self.k1, self.b, max(docs[1] / n_docs, 1.0))
+        coll_code = None if collection is None else self._codes.get("c:" + collection, -2)
+        dl = np.frombuffer(self._dl, dtype=np.float32)
+        best, scores = top_k(lists, bm25, dl, self._eligible_rows(ns_code, coll_code, now.timestamp()), limit)
+        return [(self._ids[i], float(score)) for i, score in zip(best.tolist(), scores.tolist(), strict=True)]
 
+    def _doc_frequency(self, ns_code: int, term: str, rows: np.ndarray) -> int:
+        """Live rows of the namespace holding the term: counted once, then brought up to date
+        with the postings appended and the rows masked since (lists only grow; rows die once)."""
+        cached = self._df.get((ns_code, term))
+        df, seen, deaths_seen = cached if cached is not None else (0, 0, 0)
+        if cached is not None and seen == rows.size and deaths_seen == len(self._deaths):
+            return df
+        ns = np.frombuffer(self._ns, dtype=np.int32)
+        alive = np.frombuffer(self._alive, dtype=np.int8)
+        new = rows[seen:]
+        df += int(np.count_nonzero((ns[new] == ns_code) & (alive[new] != 0)))
+        if seen and deaths_seen < len(self._deaths):
+            died = np.frombuffer(self._deaths, dtype=np.int32)[deaths_seen:]
+            died = died[ns[died] == ns_code]
+            old = rows[:seen]
+            at = np.minimum(np.searchsorted(old, died), old.size - 1)
+            df -= int(np.count_nonzero(old[at] == died))
+        self._df[(ns_code, term)] = (df, rows.size, len(self._deaths))
+        return df
+
+    def _list_stats(self, term: str, rows: np.ndarray, tfs: np.ndarray) -> tuple[float, float]:
+        """The list's largest tf and shortest row (for the term's score bound), kept as it grows."""
+        seen, max_tf, min_dl = self._term_stats.get(term, (0, 0.0, math.inf))
+        if seen < rows.size:
+            dl = np.frombuffer(self._dl, dtype=np.float32)
+            max_tf = max(max_tf, float(tfs[seen:].max()))
+            min_dl = min(min_dl, float(dl[rows[seen:]].min()))
+            self._term_stats[term] = (rows.size, max_tf, min_dl)
+        return max_tf, min_dl
+
+    def _eligible_rows(self, ns_code: int, coll_code: int | None, now: float) -> np.ndarray:
+        """Rows a search may return (live, in the namespace and collection, unexpired at ``now``),
+        reused until a row changes or one of them expires."""
+        key = (ns_code, coll_code)
+        cached = self._eligible.get(key)
+        if cached is not None:
+            version, since, until, mask = cached
+            if version == self._version and since <= now < until:
+                return mask
+        live = np.frombuffer(self._live, dtype=np.float64)
+        mask = (np.frombuffer(self._alive, dtype=np.int8) != 0) & (np.frombuffer(self._ns, dtype=np.int32) == ns_code)
+        if coll_code is not None:
+            mask &= np.frombuffer(self._coll, dtype=np.int32) == coll_code
+        mask &= live > now
+        expiring = live[mask]
+        until = float(expiring.min()) if expiring.size else math.inf
+        if len(self._eligible) > 64:
+            self._eligible.clear()
+        self._eligible[key] = (self._version, now, until, mask)
+        return mask
 
     # --- snapshots -----------------------------------------------------------------------------
 
@@ -284,10 +344,19 @@ class TextIndex:
         self._dead = int(snapshot.meta["dead"])
         self._snap_terms = dict(zip(terms, range(len(terms)), strict=True))
         self._snap_rows, self._snap_tfs, self._snap_offsets = arrays["post_rows"], arrays["post_tfs"], offsets
+        self._count_namespaces()
         self._feed.resume(snapshot.position.change_id, snapshot.position.memory_id)
         self._loaded, self.loaded_from = True, "snapshot"
         self._keeper.opened(0)
         return True
+
+    def _count_namespaces(self) -> None:
+        """Each namespace's live rows and their total length, from the per-row arrays."""
+        alive = np.frombuffer(self._alive, dtype=np.int8) != 0
+        ns = np.frombuffer(self._ns, dtype=np.int32)[alive]
+        counts = np.bincount(ns)
+        lengths = np.bincount(ns, weights=np.frombuffer(self._dl, dtype=np.float32)[alive].astype(np.float64))
+        self._ns_docs = {code: [int(counts[code]), float(lengths[code])] for code in np.flatnonzero(counts).tolist()}
 
     def _capture(self) -> snapshots.Capture | None:
         """Rows and posting lists with their feed position, copied under the lock into a few

@@ -1,0 +1,142 @@
+"""Exact BM25 top-k with MaxScore (search/bm25_topk.py) and the statistics the text index keeps
+as rows change (search/text_index.py): both must equal scoring every posting from scratch."""
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from search.bm25_topk import Bm25, TermList, top_k
+from search.text_index import TextIndex
+
+K1, B = 0.9, 0.4
+
+
+def _brute(lists: list[TermList], bm25: Bm25, dl: np.ndarray, eligible: np.ndarray) -> np.ndarray:
+    scores = np.zeros(dl.size, dtype=np.float64)
+    for term in lists:
+        norm = bm25.k1 * (1 - bm25.b + bm25.b * dl[term.rows].astype(np.float64) / bm25.avgdl)
+        scores[term.rows] += term.idf * term.tfs * (bm25.k1 + 1) / (term.tfs + norm)
+    return np.where(eligible, scores, 0.0)
+
+
+def _lists(rng: np.random.Generator, size: int, count: int, dl: np.ndarray) -> list[TermList]:
+    """Terms from rare to common (Zipf-like list lengths), tf 1-3."""
+    lists = []
+    for _ in range(count):
+        length = int(min(size, max(1, size * rng.pareto(1.2) / 20)))
+        rows = np.sort(rng.choice(size, size=length, replace=False)).astype(np.int32)
+        tfs = rng.integers(1, 4, size=length).astype(np.float32)
+        idf = math.log(1 + (size - length + 0.5) / (length + 0.5))
+        lists.append(TermList(rows, tfs, idf, float(tfs.max()), float(dl[rows].min())))
+    return lists
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_k_equals_scoring_every_posting(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    size = 20_000
+    dl = rng.integers(3, 60, size=size).astype(np.float32)
+    bm25 = Bm25(K1, B, float(dl.mean()))
+    for query in range(40):
+        lists = _lists(rng, size, int(rng.integers(1, 7)), dl)
+        eligible = rng.random(size) < (0.3 if query % 2 else 0.97)
+        limit = int(rng.choice([1, 5, 10, 50]))
+        rows, scores = top_k(lists, bm25, dl, eligible, limit)
+        brute = _brute(lists, bm25, dl, eligible)
+        expected = np.sort(brute[brute > 0])[::-1][:limit]
+        assert scores.size == expected.size
+        np.testing.assert_allclose(scores, expected, rtol=1e-5)
+        np.testing.assert_allclose(brute[rows], scores, rtol=1e-5)  # the rows hold those scores
+        assert eligible[rows].all()
+
+
+def test_top_k_skips_most_postings_of_common_terms_yet_stays_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rare term and two very common ones: the common lists are only looked up for the rows
+    the rare one found (what makes a common word cheap), and the answer is still the exact one."""
+    rng = np.random.default_rng(7)
+    size = 50_000
+    dl = rng.integers(5, 30, size=size).astype(np.float32)
+    bm25 = Bm25(K1, B, float(dl.mean()))
+    rare = np.sort(rng.choice(size, 30, replace=False)).astype(np.int32)
+    lists = [TermList(rare, np.ones(30, np.float32), math.log(1 + size / 30), 1.0, float(dl[rare].min()))]
+    for share in (0.5, 0.6):
+        rows = np.sort(rng.choice(size, int(size * share), replace=False)).astype(np.int32)
+        lists.append(TermList(rows, np.ones(rows.size, np.float32), math.log(1 + (1 - share) / share + 0.01), 1.0,
+                              float(dl[rows].min())))
+    scored: list[int] = []
+    original = Bm25.contribution
+
+    def counted(self, term, tfs, lengths):  # noqa: ANN001, ANN202
+        scored.append(tfs.size)
+        return original(self, term, tfs, lengths)
+
+    monkeypatch.setattr(Bm25, "contribution", counted)
+    eligible = np.ones(size, dtype=bool)
+    rows, scores = top_k(lists, bm25, dl, eligible, 10)
+    brute = _brute(lists, bm25, dl, eligible)
+    np.testing.assert_allclose(scores, np.sort(brute)[::-1][:10], rtol=1e-5)
+    assert sum(scored) < 30 + 0.2 * (lists[1].rows.size + lists[2].rows.size)
+
+
+def _reference(index: TextIndex, terms: list[str], namespace: str, now: float) -> list[float]:
+    """Every statistic recounted from the per-row arrays, every posting scored."""
+    ns_code = index._codes["n:" + namespace]  # noqa: SLF001
+    alive = np.frombuffer(index._alive, dtype=np.int8) != 0  # noqa: SLF001
+    in_ns = alive & (np.frombuffer(index._ns, dtype=np.int32) == ns_code)  # noqa: SLF001
+    dl = np.frombuffer(index._dl, dtype=np.float32)  # noqa: SLF001
+    eligible = in_ns & (np.frombuffer(index._live, dtype=np.float64) > now)  # noqa: SLF001
+    n_docs, avgdl = int(in_ns.sum()), max(float(dl[in_ns].mean()), 1.0)
+    lists = []
+    for term in terms:
+        posting = index._posting(term)  # noqa: SLF001
+        if posting is None:
+            continue
+        rows, tfs = np.frombuffer(posting[0], dtype=np.int32), np.frombuffer(posting[1], dtype=np.float32)
+        df = int(in_ns[rows].sum())
+        if df:
+            lists.append(TermList(rows, tfs, math.log(1 + (n_docs - df + 0.5) / (df + 0.5)), 1.0, 1.0))
+    brute = _brute(lists, Bm25(K1, B, avgdl), dl, eligible)
+    return sorted(brute[brute > 0].tolist(), reverse=True)[:10]
+
+
+def test_statistics_kept_as_rows_change_equal_a_recount() -> None:
+    """Namespace sizes, lengths and document frequencies are updated as rows are added, replaced,
+    dropped and expire, never recounted per query: after each step the scores equal a recount."""
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(60)]
+    index = TextIndex(K1, B, 2)
+    index._loaded = True  # noqa: SLF001 - filled directly, no database
+    start = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+
+    def document() -> str:
+        return " ".join(rng.choice(words, size=int(rng.integers(2, 12)), p=_zipf(len(words))))
+
+    def check(now: float) -> None:
+        for query in (["w0", "w7"], ["w3", "w1", "w40"], ["w59"], ["w2", "w2", "w5"]):
+            for namespace in ("a", "b"):
+                got = [score for _, score in index._score(  # noqa: SLF001
+                    query, namespace, None, datetime.fromtimestamp(now, UTC), 10)]
+                np.testing.assert_allclose(got, _reference(index, query, namespace, now), rtol=1e-5)
+
+    for i in range(600):
+        until = start + float(rng.integers(10, 1000)) if i % 4 == 0 else math.inf
+        index._add(f"m{i}", document(), "", "", "a" if i % 3 else "b", "general", until)  # noqa: SLF001
+    check(start)
+    for step in range(5):
+        for i in rng.choice(600, size=40, replace=False).tolist():
+            if i % 2:
+                index._drop(f"m{i}")  # noqa: SLF001
+            else:  # edited: a new row replaces the old one
+                index._add(f"m{i}", document(), "", "", "a" if i % 3 else "b", "general", math.inf)  # noqa: SLF001
+        for i in range(600 + 20 * step, 620 + 20 * step):
+            index._add(f"m{i}", document(), "", "", "a", "general", math.inf)  # noqa: SLF001
+        check(start + 200 * step)  # rows expire as time moves, and the cached masks follow
+        check(start)  # and back: a search "as of" an earlier moment
+
+
+def _zipf(count: int) -> np.ndarray:
+    weights = 1 / np.arange(1, count + 1)
+    return weights / weights.sum()
