@@ -43,11 +43,66 @@ def _setup_django(config: str | None) -> None:
 
 def migrate_store() -> None:
     """Create or upgrade the store's tables: every command that reads or writes it works on a
-    brand-new data dir."""
+    brand-new data dir. A store already up to date is left alone (checked in a few ms: `migrate`
+    itself takes ≈0.15 s to find that out, on the way of every stdio session's first call)."""
     from django.core.management import call_command
 
+    if store_is_current():
+        return
     call_command("migrate", interactive=False, verbosity=0, stdout=sys.stderr)
     call_command("createcachetable", verbosity=0)  # the rate limits' table when several workers share the database
+
+
+def store_is_current() -> bool:
+    """Whether `migrate` and `createcachetable` would change nothing: every migration file of every
+    installed app (found the way Django's loader finds them) is recorded as applied, and every
+    database cache table exists. Anything else (a new migration, a squashed one not yet recorded,
+    a brand-new store) answers False, and the commands run."""
+    from django.conf import settings
+    from django.db import DatabaseError, connection
+    from django.db.migrations.recorder import MigrationRecorder
+
+    try:
+        tables = set(connection.introspection.table_names())
+        if MigrationRecorder.Migration._meta.db_table not in tables:
+            return False
+        applied = set(MigrationRecorder(connection).applied_migrations())
+    except DatabaseError:
+        return False
+    caches = [c.get("LOCATION") for c in settings.CACHES.values() if c["BACKEND"].endswith("db.DatabaseCache")]
+    if any(table not in tables for table in caches):
+        return False
+    files = _migration_files()
+    return files is not None and all((label, name) in applied for label, name in files)
+
+
+def _migration_files() -> list[tuple[str, str]] | None:
+    """(app label, migration name) of every migration module on disk, listed the way Django's
+    MigrationLoader lists them; None where it would fail (then `migrate` runs and says why)."""
+    import importlib
+    import pkgutil
+
+    from django.apps import apps
+    from django.db.migrations.loader import MIGRATIONS_MODULE_NAME, MigrationLoader
+
+    found = []
+    for app in apps.get_app_configs():
+        module_name, explicit = MigrationLoader.migrations_module(app.label)
+        if module_name is None:
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if not explicit and MIGRATIONS_MODULE_NAME in (exc.name or "").split("."):
+                continue  # an app without migrations
+            return None
+        if not hasattr(module, "__path__"):
+            continue  # a plain module: Django treats the app as unmigrated
+        if getattr(module, "__file__", None) is None and not isinstance(module.__path__, list):
+            continue  # a namespace package (an empty directory): likewise
+        found += [(app.label, name) for _, name, is_pkg in pkgutil.iter_modules(module.__path__)
+                  if not is_pkg and name[0] not in "_~"]
+    return found
 
 
 # `bhgbrain manage <these>` inspect or change the migrations themselves: never migrate first
@@ -196,12 +251,12 @@ def _serve_stdio(config: str | None) -> int:
     """
     import anyio
 
-    from bhgbrain_site.config import ConfigError, load_config
+    from bhgbrain_site.config import ConfigError, data_dir_for, load_config
 
     if config:
         os.environ["BHGBRAIN_CONFIG"] = os.path.abspath(os.path.expanduser(config))
     try:
-        settings_file, _path = load_config()
+        settings_file, config_path = load_config()
     except ConfigError as exc:
         _err(f"bhgbrain: {exc}")
         return 2
@@ -209,7 +264,15 @@ def _serve_stdio(config: str | None) -> int:
         _err("transport.stdio.enabled is false: the stdio transport is disabled in the config.")
         return 2
 
+    if settings_file.index_snapshots:  # hashed on another core while the SDK is imported and Django starts
+        from memories.snapshot_digests import DIRECTORY_NAME, verify_ahead
+
+        verify_ahead(data_dir_for(settings_file, config_path) / DIRECTORY_NAME)
+
     def start_django() -> None:
+        from bhgbrain_site.admin_app import serve_no_admin
+
+        serve_no_admin()  # no admin pages over stdio: their modules stay unimported
         _setup_django(None)
         migrate_store()
         from search.services import start_warming
@@ -219,7 +282,19 @@ def _serve_stdio(config: str | None) -> int:
     from mcp_bridge.server import serve_stdio
 
     anyio.run(serve_stdio, start_django, backend_options=_event_loop_options())
+    _finish_snapshot_writes()
     return 0
+
+
+STDIO_EXIT_WAIT = 1.8  # seconds; MCP clients close stdin, then wait a little (the Python SDK: 2 s) before terminating the server
+
+
+def _finish_snapshot_writes() -> None:
+    """A stdio session ended: let an index snapshot being written (after this process loaded the
+    index from the database) finish, so the next session opens it instead of loading again."""
+    snapshots = sys.modules.get("memories.snapshots")  # not imported: no index was ever loaded here
+    if snapshots is not None and not snapshots.finish_writes(STDIO_EXIT_WAIT):
+        logging.getLogger("bhgbrain").info("stdio session ended with an index snapshot still being written")
 
 
 def _event_loop_options() -> dict[str, bool]:

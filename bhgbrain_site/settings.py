@@ -48,7 +48,7 @@ ALLOWED_HOSTS = ["*"]  # the bind address is the guard (loopback by default)
 INSTALLED_APPS = [
     "unfold",  # the governance console's theme (bundled assets, no CDN); before django.contrib.admin
     "unfold.contrib.filters",
-    "django.contrib.admin",
+    "bhgbrain_site.admin_app.AdminConfig",  # django.contrib.admin; a stdio server skips the admin modules
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

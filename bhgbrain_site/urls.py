@@ -13,6 +13,7 @@ from memories.api import AuditViewSet, CollectionViewSet, MemoryViewSet, ThreadV
 from retention.api import ArchiveViewSet, BackupViewSet
 from search.api import RecallViewSet, SearchViewSet
 
+admin.autodiscover()  # done at start unless the process said it serves no admin (bhgbrain_site/admin_app.py)
 admin.site.site_header = admin.site.site_title = "BHGBrain"
 admin.site.index_title = "Dashboard"
 

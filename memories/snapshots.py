@@ -18,12 +18,13 @@ manifest replaced atomically (``os.replace``); older directories are removed aft
 process that has them mapped keeps its pages). Nothing is trusted blindly: a manifest of another
 version or parameters, a file whose size or checksum differs, or a feed position the feed can
 no longer continue from is rejected with a log line, and the index is rebuilt from the database.
+A stdio server hashes the files ahead, while it starts (memories/snapshot_digests.py); they are
+still compared with the manifest here, before the index uses them.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.db.models import Min
 
 from bhgbrain_site.cache import store_key
+from memories import snapshot_digests
 from memories.feed import RELOAD_AFTER_IDLE
 from memories.models import VectorChange
 
@@ -50,6 +52,7 @@ logger = logging.getLogger("bhgbrain.search")
 FORMAT_VERSION = 1
 WRITE_AFTER_CHANGES = 2_000  # applied changes that make a new snapshot worth writing
 WRITE_AFTER_SECONDS = 600.0  # or this long after the last one, when anything changed at all
+CAPTURE_ATTEMPTS = 3  # copies of an index's state tried in a row by one background write
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ def enabled() -> bool:
 def directory() -> Path:
     from django.conf import settings
 
-    return Path(settings.BHGBRAIN_DATA_DIR) / "index-snapshots"
+    return Path(settings.BHGBRAIN_DATA_DIR) / snapshot_digests.DIRECTORY_NAME
 
 
 def snapshot_name(kind: str) -> str:
@@ -99,11 +102,6 @@ def store_birth() -> str:
 
 
 # --- writing ---------------------------------------------------------------------------------
-
-def _sha256(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
 
 def _fsynced(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
@@ -130,7 +128,7 @@ def _write_files(target: Path, capture: Capture) -> dict[str, dict[str, Any]]:
         path = target / name
         _fsynced(path)
         entry["bytes"] = path.stat().st_size
-        entry["sha256"] = _sha256(path)
+        entry["sha256"] = snapshot_digests.file_sha256(path)
     return files
 
 
@@ -167,6 +165,7 @@ def write(root: Path, name: str, capture: Capture, birth: str) -> bool:
         if current is not None and current.get("store_birth") == birth and \
                 current.get("position", {}).get("change_id", -1) > capture.position.change_id:
             return False  # a process further along the feed wrote it
+        _remove_unfinished(root, name)
         token = uuid.uuid4().hex[:12]
         work = root / f"{name}.{token}.tmp"
         work.mkdir()
@@ -189,6 +188,14 @@ def write(root: Path, name: str, capture: Capture, birth: str) -> bool:
         _fsynced(root)
         _remove_others(root, name, keep=final.name)
     return True
+
+
+def _remove_unfinished(root: Path, name: str) -> None:
+    """Directories of writers that were cut off (a process ending mid-write: an MCP client closes a
+    short stdio session): with the writer lock held, no other writer is at work in them."""
+    for path in root.glob(f"{name}.*.tmp"):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _remove_others(root: Path, name: str, keep: str) -> None:
@@ -223,7 +230,7 @@ def _check_manifest(manifest: dict[str, Any] | None, expect: dict[str, Any], req
 def _open_file(path: Path, entry: dict[str, Any], mmap_mode: str) -> np.ndarray | list[str] | Path:
     if not path.is_file() or path.stat().st_size != entry.get("bytes"):
         raise Rejected(f"{path.name} is missing or has the wrong size")
-    if _sha256(path) != entry.get("sha256"):
+    if snapshot_digests.sha256(path) != entry.get("sha256"):  # computed ahead when it could be
         raise Rejected(f"{path.name} fails its checksum")
     if path.suffix == ".txt":
         text = path.read_text(encoding="utf-8")
@@ -318,6 +325,20 @@ def read(kind: str, expect: dict[str, Any], required: tuple[str, ...] = (),
 
 # --- when to write ---------------------------------------------------------------------------
 
+_writers: set[threading.Thread] = set()  # background writes under way in this process
+
+
+def finish_writes(timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for the background snapshot writes under way (a process
+    about to exit: a short stdio session would otherwise never leave a snapshot for the next);
+    False if one is still writing (it is then cut off, and its half-written directory removed
+    by the next writer)."""
+    deadline = time.monotonic() + timeout
+    for thread in list(_writers):
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(thread.is_alive() for thread in list(_writers))
+
+
 class Keeper:
     """Decides when an index writes a snapshot and writes it on a daemon thread, never on a
     request: the index's state is copied under its lock by ``capture``, written outside it."""
@@ -361,6 +382,7 @@ class Keeper:
         self.pending, self.written_at = 0, time.monotonic()
         self.thread = threading.Thread(target=self._run, args=(capture, target), daemon=True,
                                        name=f"{self.kind}-snapshot")
+        _writers.add(self.thread)
         self.thread.start()
 
     def save_now(self, capture: Callable[[], Capture | None]) -> bool:
@@ -371,10 +393,21 @@ class Keeper:
         root, name, birth = self.target()
         return write(root, name, state, birth)
 
+    @staticmethod
+    def _captured(capture: Callable[[], Capture | None]) -> Capture | None:
+        """The index's state; taken again right away when the index replaced its arrays while it
+        was being copied (the first search after a load fits the vector sketch: waiting for the
+        next search would leave a short session, an MCP stdio client's, without a snapshot)."""
+        for _ in range(CAPTURE_ATTEMPTS):
+            state = capture()
+            if state is not None:
+                return state
+        return None
+
     def _run(self, capture: Callable[[], Capture | None], target: tuple[Path, str, str]) -> None:
         root, name, birth = target
         try:
-            state = capture()
+            state = self._captured(capture)
             if state is None:
                 self.pending = max(self.pending, WRITE_AFTER_CHANGES)  # changed shape meanwhile: the next search retries
             else:
@@ -384,3 +417,5 @@ class Keeper:
                                 state.position.change_id, time.monotonic() - started)
         except Exception:  # a full disk must not take the server down; the next load rebuilds
             logger.warning("%s index: writing its snapshot failed", self.kind, exc_info=True)
+        finally:
+            _writers.discard(threading.current_thread())

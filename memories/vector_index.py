@@ -194,6 +194,9 @@ class EmbeddedVectorIndex:
                 until = expires_at.timestamp() if decay_eligible and expires_at is not None else _INF
                 self._put(str(memory_id), vector, namespace, collection, until, bool(thread))
         self._loaded, self.loaded_from = True, "database"
+        used = self._ns[: self._top]
+        if np.bincount(used[used >= 0]).max(initial=0) >= SKETCH_MIN_ROWS:
+            self._fit_projection()  # now, not on the first large search: the snapshot written next carries it
         self._keeper.loaded()
 
     def _reserve(self, count: int) -> None:

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from memories import snapshots
 from memories.access import memories_touch
 from memories.selectors import iso
 from memories.threads import thread_turns
@@ -18,6 +19,8 @@ from search.gating import FOLLOW_UP_TURNS, expand_follow_up, is_follow_up, skip_
 from search.selectors import Mode, Scored, memories_recall, memories_search, neighbouring_turns, result_dict
 
 logger = logging.getLogger("bhgbrain.search")
+
+WARM_WRITE_WAIT = 60.0  # seconds the warm-up waits for the vector snapshot's write before loading the text index
 
 
 def _shrunk(result: dict[str, Any]) -> dict[str, Any]:
@@ -110,12 +113,16 @@ def indexes_warm() -> None:
 
     Run in a daemon thread at server start: without it the first search after a start pays
     the load (≈3 s for each index on a 100k store). A search in an unused namespace touches
-    every load path and returns nothing, so no memory is counted as accessed.
+    every load path and returns nothing, so no memory is counted as accessed. A vector index
+    loaded from the database starts writing its snapshot; the text index is loaded once that
+    write is done, not beside it: a short session (an MCP stdio client's, which may end seconds
+    after its first recall) then still leaves the next one a snapshot of the vectors.
     """
     started = time.monotonic()
     try:
         # semantic first: recall, what agents call most, needs only the model and the vectors
         memories_search(query="warm up", namespace="__warmup__", collection=None, mode="semantic", limit=1)
+        snapshots.finish_writes(WARM_WRITE_WAIT)
         memories_search(query="warm up", namespace="__warmup__", collection=None, mode="fulltext", limit=1)
         logger.info("indexes warm in %.1f s", time.monotonic() - started)
     except Exception:  # noqa: BLE001 - a failed warm-up only means the first search loads lazily

@@ -275,3 +275,44 @@ def test_a_conversation_over_mcp_and_a_resent_message_after_a_restart(tmp_path: 
     finally:
         restarted.stop()
     assert (again["operation"], again["id"]) == ("NOOP", ids[1])
+
+
+def _stdio_recall(home: Path, errlog: Path, *, remember: str | None = None) -> dict[str, Any]:
+    """One short stdio session (it ends right after its first recall), its log in ``errlog``."""
+    async def session() -> dict[str, Any]:
+        with errlog.open("w") as log:
+            async with stdio_client(_stdio_params(home), errlog=log) as (read, write):
+                async with ClientSession(read, write) as client:
+                    await client.initialize()
+                    stored = None
+                    if remember is not None:
+                        stored = (await client.call_tool("remember", {"content": remember})).structured_content
+                    recalled = await client.call_tool("recall", {"query": "when does the deploy freeze start?"})
+                    return {"stored": stored, "recalled": recalled.structured_content}
+
+    return _run(session)
+
+
+def test_short_stdio_sessions_leave_open_and_check_the_index_snapshot(tmp_path: Path) -> None:
+    """A session that ends right after its first recall still leaves its vector snapshot (the
+    process lets the write finish); the next session opens it, its files hashed while it
+    started; a corrupt file is still rejected and the index loaded from the database."""
+    home, log = tmp_path / "home", tmp_path / "stderr.log"
+    first = _stdio_recall(home, log, remember="The deploy freeze starts on December 20")
+    memory_id = first["stored"]["id"]
+    assert first["recalled"]["results"][0]["id"] == memory_id
+    manifests = list((home / "index-snapshots").glob("vector-*.json"))
+    assert len(manifests) == 1, log.read_text()
+
+    second = _stdio_recall(home, log)
+    assert second["recalled"]["results"][0]["id"] == memory_id
+    assert "vector index: opened snapshot" in log.read_text()
+
+    manifest = json.loads(manifests[0].read_text())
+    matrix = home / "index-snapshots" / manifest["directory"] / "matrix.npy"
+    data = bytearray(matrix.read_bytes())
+    data[-3] ^= 0xFF
+    matrix.write_bytes(bytes(data))
+    third = _stdio_recall(home, log)
+    assert third["recalled"]["results"][0]["id"] == memory_id
+    assert "matrix.npy fails its checksum" in log.read_text()

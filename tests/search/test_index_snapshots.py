@@ -19,7 +19,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from memories import ann, changes, snapshots, vector_index
+from memories import ann, changes, snapshot_digests, snapshots, vector_index
 from memories.feed import feed_prune
 from memories.models import Memory, VectorChange
 from memories.services import memory_forget
@@ -401,3 +401,106 @@ def test_a_row_written_while_the_vectors_are_copied_is_in_the_snapshot(hash_embe
     capture = index._capture()  # noqa: SLF001
     assert capture is not None and len(chunks) > row + 2
     assert np.array_equal(capture.arrays["matrix"][row], replacement)
+
+
+# --- hashed ahead (memories/snapshot_digests.py), finishing writes, the sketch at load ----------
+
+def _hashed_ahead(root: Path) -> None:
+    snapshot_digests.forget_ahead()
+    thread = snapshot_digests.verify_ahead(root)
+    assert thread is not None
+    thread.join(timeout=60)
+
+
+def test_snapshots_hashed_ahead_open_with_those_digests(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    ids = _saved_pair(hash_embedder)
+    _hashed_ahead(snapshot_dir)
+    ahead = dict(snapshot_digests._ahead)  # noqa: SLF001
+    assert {Path(path).name for path in ahead} >= {"matrix.npy", "ids.txt", "post_rows.npy"}
+    for path, future in ahead.items():
+        assert future.result()[1] == snapshot_digests.file_sha256(Path(path))
+    assert _rebuilt_correctly(hash_embedder, ids) == ("snapshot", "snapshot")
+    assert snapshot_digests._ahead == {}  # noqa: SLF001 - each used once
+
+
+def test_a_file_corrupt_before_it_is_hashed_ahead_is_rejected(hash_embedder, snapshot_dir, caplog) -> None:  # noqa: ANN001
+    ids = _saved_pair(hash_embedder)
+    _flip(_snapshot_file(snapshot_dir, "vector", "matrix.npy"), -5)
+    _hashed_ahead(snapshot_dir)
+    assert _rebuilt_correctly(hash_embedder, ids) == ("database", "snapshot")
+    assert "matrix.npy fails its checksum" in caplog.text
+
+
+def test_a_file_changed_after_it_was_hashed_ahead_is_hashed_again(hash_embedder, snapshot_dir, caplog) -> None:  # noqa: ANN001
+    """A digest computed ahead is only used for the very file it was computed on: rewritten in
+    place (new modification time) or replaced (another inode), the file is hashed again."""
+    ids = _saved_pair(hash_embedder)
+    _hashed_ahead(snapshot_dir)
+    matrix = _snapshot_file(snapshot_dir, "vector", "matrix.npy")
+    hashed_at = matrix.stat().st_mtime_ns
+    _flip(matrix, -5)
+    os.utime(matrix, ns=(hashed_at + 10**9, hashed_at + 10**9))  # what a write a moment later leaves
+    post_rows = _snapshot_file(snapshot_dir, "text", "post_rows.npy")
+    data = bytearray(post_rows.read_bytes())
+    data[-1] ^= 0xFF
+    replacement = post_rows.with_suffix(".new")
+    replacement.write_bytes(bytes(data))
+    os.replace(replacement, post_rows)
+    assert _rebuilt_correctly(hash_embedder, ids) == ("database", "database")
+    assert "matrix.npy fails its checksum" in caplog.text and "post_rows.npy fails its checksum" in caplog.text
+
+
+def test_a_capture_spoilt_by_replaced_arrays_is_taken_again(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    """The first search after a load may replace the arrays a background capture copies (it fits
+    the sketch): the writer takes the capture again instead of leaving it to the next search."""
+    ids = _store(hash_embedder)
+    index = _vector_index(hash_embedder)
+    index.size()  # loaded from the database
+    calls: list[int] = []
+
+    def capture() -> snapshots.Capture | None:
+        calls.append(1)
+        return None if len(calls) == 1 else index._capture()  # noqa: SLF001
+
+    keeper = snapshots.Keeper("vector")
+    keeper.loaded()
+    keeper.maybe_start(capture)
+    assert snapshots.finish_writes(60)
+    assert len(calls) == 2
+    assert _rebuilt_correctly(hash_embedder, ids)[0] == "snapshot"
+
+
+def test_finish_writes_waits_for_the_background_write(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    _store(hash_embedder)
+    index = _vector_index(hash_embedder)
+    _semantic(index, hash_embedder, "x", namespace="alice")  # loads, then starts writing its snapshot
+    assert index.snapshot_keeper.thread is not None
+    assert snapshots.finish_writes(60)
+    assert not index.snapshot_keeper.thread.is_alive()
+    assert list(snapshot_dir.glob("vector-*.json"))
+
+
+def test_a_cut_off_writer_leaves_nothing_behind_the_next_write(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    _saved_pair(hash_embedder)
+    name = next(snapshot_dir.glob("vector-*.json")).stem
+    unfinished = snapshot_dir / f"{name}.0123456789ab.tmp"
+    unfinished.mkdir()
+    (unfinished / "matrix.npy").write_bytes(b"half of it")
+    index = _vector_index(hash_embedder)
+    _semantic(index, hash_embedder, "x", namespace="alice")
+    assert index.save_snapshot()
+    assert not unfinished.exists()
+
+
+@pytest.mark.parametrize(("min_rows", "fitted"), [(3, True), (4, False)])
+def test_a_namespace_large_enough_gets_its_sketch_at_load(hash_embedder, snapshot_dir, monkeypatch,  # noqa: ANN001
+                                                          min_rows: int, fitted: bool) -> None:
+    """Fitted while loading (alice has 3 rows), so the snapshot written right after carries it."""
+    monkeypatch.setattr(vector_index, "SKETCH_MIN_ROWS", min_rows)
+    monkeypatch.setattr(vector_index, "SKETCH_MIN_DIMS", 8)
+    _store(hash_embedder)
+    index = _vector_index(hash_embedder)
+    index.size()
+    assert (index._projection is not None) is fitted  # noqa: SLF001
+    assert index.save_snapshot()
+    assert _snapshot_file(snapshot_dir, "vector", "sketch.npy").exists() is fitted

@@ -1,6 +1,7 @@
 """Server start loads the model and both in-process indexes off the request path."""
 from __future__ import annotations
 
+import shutil
 import threading
 
 import pytest
@@ -28,3 +29,28 @@ def test_warm_up_loads_both_indexes_and_counts_no_access(hash_embedder) -> None:
     assert text_index.text_index_loaded()
     assert tracker.pending() == 0  # nothing was returned, so nothing is counted
     assert Memory.objects.get(id=first).access_count == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_warm_up_loads_the_text_index_once_the_vector_snapshot_is_written(hash_embedder, bhg_config, settings,  # noqa: ANN001
+                                                                          tmp_path, monkeypatch) -> None:
+    """A short session (an MCP stdio client may leave seconds after its first recall) still leaves
+    the next one a snapshot of the vectors: it is not written beside the text index's load."""
+    bhg_config.index_snapshots = True
+    settings.BHGBRAIN_DATA_DIR = tmp_path
+    remember("The staging cluster runs on three nodes in Frankfurt")
+    vector_index.reset_vector_index()
+    text_index.reset_text_index()
+    shutil.rmtree(tmp_path / "index-snapshots", ignore_errors=True)
+    seen: list[bool] = []
+    load = text_index.TextIndex._load  # noqa: SLF001
+
+    def text_load(self: text_index.TextIndex) -> None:
+        seen.append(any((tmp_path / "index-snapshots").glob("vector-*.json")))
+        load(self)
+
+    monkeypatch.setattr(text_index.TextIndex, "_load", text_load)
+    indexes_warm()
+    assert seen == [True]
+    vector_index.reset_vector_index()
+    text_index.reset_text_index()
