@@ -1,12 +1,15 @@
 """How fast an MCP client gets `initialize` answered over stdio, on a large store.
 
-    .venv/bin/python bench/mcp_initialize.py [--size 100000] [--runs 5]
+    .venv/bin/python bench/mcp_initialize.py [--size 100000] [--runs 5] [--primed]
 
 Builds a store of --size memories (bulk-loaded like bench/search_latency.py: real e5 vectors
 of generated sentences), then launches `bhgbrain --config=… server start --stdio` the way an
 MCP client does, --runs times, and reports: process start → `initialize` answered, → first
 `tools/list`, → first `recall` (which loads the model and the vector index), and the server
-process's RSS after `initialize` and after the first `recall`. Prints p50/max.
+process's RSS after `initialize` and after the first `recall`. Prints p50/max. With
+``--primed`` the store gets its index snapshots (and vector graphs) written first, the state a
+server or any session that ran a few seconds leaves; without it the first sessions load the
+indexes from the database.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ if TYPE_CHECKING:
     from mcp.client.stdio import StdioServerParameters
 
 
-def build_store(home: Path, size: int, seed: int) -> None:
+def build_store(home: Path, size: int, seed: int, *, primed: bool = False) -> None:
     import search_latency as sl
 
     sl.setup_django(home, None)
@@ -40,6 +43,30 @@ def build_store(home: Path, size: int, seed: int) -> None:
     vectors = sl.sentence_vectors(sentences, seed, embedder)
     seconds = sl.bulk_load(size, ["global"], sentences, vectors.vectors, embedder, seed)
     print(f"store: {size} memories bulk-loaded in {seconds:.1f} s", flush=True)
+    if primed:
+        write_snapshots(home)
+
+
+def write_snapshots(home: Path) -> None:
+    """Leave the store as a process that ran a while leaves it: both index snapshots written,
+    with the vector graphs a large search builds (without this, the first sessions load the
+    indexes from the database and may end before their background snapshot write does)."""
+    from memories.vector_index import EmbeddedVectorIndex, get_vector_index
+    from search import text_index
+    from search.selectors import memories_search
+
+    started = time.perf_counter()
+    memories_search(query="prime the indexes", namespace="global", collection=None, mode="hybrid", limit=5)
+    vectors = get_vector_index()
+    if isinstance(vectors, EmbeddedVectorIndex) and vectors.ann is not None:
+        vectors.ann.wait()
+    for index in (vectors, text_index._index):  # noqa: SLF001 - the process's text index
+        thread = index.snapshot_keeper.thread
+        if thread is not None:
+            thread.join()
+        index.save_snapshot()
+    names = sorted(path.name for path in (home / "index-snapshots").iterdir())
+    print(f"store: snapshots written in {time.perf_counter() - started:.1f} s: {names}", flush=True)
 
 
 def stdio_pids(config: Path) -> list[int]:
@@ -102,9 +129,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--json")
+    parser.add_argument("--primed", action="store_true",
+                        help="write the index snapshots (and graphs) before the sessions, as a server that ran a while leaves them")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="bhgbrain-mcp-init-"))
-    build_store(home, args.size, args.seed)
+    build_store(home, args.size, args.seed, primed=args.primed)
     runs = [asyncio.run(one_session(home / "config.json")) for _ in range(args.runs)]
     print(f"{'seconds from process start (RSS in MiB)':28} {'p50':>7} {'max':>7}")
     summary = {}
