@@ -116,8 +116,8 @@ def hnsw_runs(matrix: np.ndarray, queries: np.ndarray, truth: list[np.ndarray], 
     index = ann.AnnIndex(matrix.shape[1], lock, lambda rows: matrix[rows])
     started = time.perf_counter()
     with lock:
-        for row, vector in enumerate(matrix):
-            index.put(row, vector, (int(minority[row]), 0, bool(threaded[row])))
+        for row in range(len(matrix)):
+            index.put(row, (int(minority[row]), 0, bool(threaded[row])))
         for pid in range(len(index._parts)):  # noqa: SLF001 - start every build now, not on the first search
             index._start_build(pid)  # noqa: SLF001
     index.wait()

@@ -54,55 +54,22 @@ def migrate_store() -> None:
 
 
 def store_is_current() -> bool:
-    """Whether `migrate` and `createcachetable` would change nothing: every migration file of every
-    installed app (found the way Django's loader finds them) is recorded as applied, and every
-    database cache table exists. Anything else (a new migration, a squashed one not yet recorded,
-    a brand-new store) answers False, and the commands run."""
+    """Whether `migrate` and `createcachetable` would change nothing: Django's own migration plan
+    (what `migrate` runs) is empty and every database cache table exists. Anything else (a new
+    migration, a brand-new store, a loader error) answers False, and the commands run."""
     from django.conf import settings
     from django.db import DatabaseError, connection
-    from django.db.migrations.recorder import MigrationRecorder
+    from django.db.migrations.exceptions import MigrationSchemaMissing
+    from django.db.migrations.executor import MigrationExecutor
 
     try:
         tables = set(connection.introspection.table_names())
-        if MigrationRecorder.Migration._meta.db_table not in tables:
-            return False
-        applied = set(MigrationRecorder(connection).applied_migrations())
-    except DatabaseError:
-        return False
+        executor = MigrationExecutor(connection)
+        pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except (DatabaseError, MigrationSchemaMissing, ValueError, LookupError):
+        return False  # `migrate` itself will say what is wrong
     caches = [c.get("LOCATION") for c in settings.CACHES.values() if c["BACKEND"].endswith("db.DatabaseCache")]
-    if any(table not in tables for table in caches):
-        return False
-    files = _migration_files()
-    return files is not None and all((label, name) in applied for label, name in files)
-
-
-def _migration_files() -> list[tuple[str, str]] | None:
-    """(app label, migration name) of every migration module on disk, listed the way Django's
-    MigrationLoader lists them; None where it would fail (then `migrate` runs and says why)."""
-    import importlib
-    import pkgutil
-
-    from django.apps import apps
-    from django.db.migrations.loader import MIGRATIONS_MODULE_NAME, MigrationLoader
-
-    found = []
-    for app in apps.get_app_configs():
-        module_name, explicit = MigrationLoader.migrations_module(app.label)
-        if module_name is None:
-            continue
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if not explicit and MIGRATIONS_MODULE_NAME in (exc.name or "").split("."):
-                continue  # an app without migrations
-            return None
-        if not hasattr(module, "__path__"):
-            continue  # a plain module: Django treats the app as unmigrated
-        if getattr(module, "__file__", None) is None and not isinstance(module.__path__, list):
-            continue  # a namespace package (an empty directory): likewise
-        found += [(app.label, name) for _, name, is_pkg in pkgutil.iter_modules(module.__path__)
-                  if not is_pkg and name[0] not in "_~"]
-    return found
+    return not pending and all(table in tables for table in caches)
 
 
 # `bhgbrain manage <these>` inspect or change the migrations themselves: never migrate first

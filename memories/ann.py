@@ -191,10 +191,10 @@ class AnnIndex:
             self._parts.append(_Partition())
         return pid
 
-    def put(self, row: int, vector: np.ndarray, key: PartitionKey, *, moved: bool = True) -> None:
-        """The row now holds ``vector`` in partition ``key`` (``moved``: its vector or partition
-        may have changed; False when only its expiry did, which the graph does not hold)."""
-        del vector  # read through ``vectors`` when a graph is (re)built
+    def put(self, row: int, key: PartitionKey, *, moved: bool = True) -> None:
+        """The row is now in partition ``key`` (``moved``: its vector or partition may have
+        changed; False when only its expiry did, which the graph does not hold). Its vector is
+        read through ``vectors`` when a graph is (re)built."""
         pid = self._pid(key)
         if row >= self._part_of.size:
             grown = np.full(max(row + 1, self._part_of.size * 3 // 2, 1024), -1, dtype=np.int32)
@@ -344,7 +344,6 @@ class AnnIndex:
                 if generation != self._generation or _STOP.is_set():
                     return
                 chunk = todo[start:start + BUILD_CHUNK]
-                chunk = chunk[(chunk < self._part_of.size)]
                 chunk = chunk[self._part_of[chunk] == pid]  # rows gone since are in part.building
                 vectors = self._vectors(chunk) if chunk.size else None
             if vectors is not None:

@@ -149,7 +149,7 @@ class EmbeddedVectorIndex:
         self._threaded[row] = threaded
         self._live[row] = until
         if self._ann is not None:
-            self._ann.put(row, vector, (int(self._ns[row]), int(self._coll[row]), threaded), moved=moved)
+            self._ann.put(row, (int(self._ns[row]), int(self._coll[row]), threaded), moved=moved)
 
     def _drop(self, memory_id: str) -> None:
         row = self._rows.pop(memory_id, None)
@@ -273,7 +273,7 @@ class EmbeddedVectorIndex:
         self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
         self._top = int(snapshot.meta["top"])
         if self._ann is not None:  # the rows came from the snapshot, not through _put
-            self._ann = self._opened_graphs(snapshot) or self._ann
+            self._ann = self._opened_graphs(snapshot, self._ann)
         if {"sketch", "mean", "basis"} <= arrays.keys() and len(arrays["sketch"]) == len(ids):
             self._projection = Projection(arrays["mean"], arrays["basis"], int(snapshot.meta.get("fitted_rows", 0)))
             self._sketch = arrays["sketch"]
@@ -282,18 +282,17 @@ class EmbeddedVectorIndex:
         self._keeper.opened(0)
         return True
 
-    def _opened_graphs(self, snapshot: snapshots.Capture) -> ann.AnnIndex | None:
+    def _opened_graphs(self, snapshot: snapshots.Capture, current: ann.AnnIndex) -> ann.AnnIndex:
         """The snapshot's HNSW graphs, mapped from its files; without them (or when they do not
-        fit) the rows are assigned to their partitions and graphs are built when needed."""
-        assert self._ann is not None
+        fit) ``current`` with the rows assigned to their partitions (graphs built when needed)."""
         arrays = {key[4:]: value for key, value in snapshot.arrays.items() if key.startswith("ann_")}
         if arrays:
             try:
                 return ann.AnnIndex.opened(arrays, snapshot.paths, self.dimensions, self._lock, self._vectors_of)
             except (ValueError, KeyError, RuntimeError) as exc:
                 snapshots.logger.warning("vector index: snapshot graphs unusable (%s), rebuilding them", exc)
-        self._ann.assign(np.flatnonzero(self._ns[: self._top] >= 0), self._ns, self._coll, self._threaded)
-        return None
+        current.assign(np.flatnonzero(self._ns[: self._top] >= 0), self._ns, self._coll, self._threaded)
+        return current
 
     _CAPTURE_ROWS = 8192  # rows of the vectors (and sketch) copied per hold of the lock
 

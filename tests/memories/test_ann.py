@@ -124,8 +124,8 @@ def _graph_index(rng: np.random.Generator, count: int, centres: np.ndarray):  # 
     matrix = _clustered(rng, count, centres)
     lock = threading.RLock()
     index = ann.AnnIndex(DIMS, lock, lambda rows: matrix[rows])
-    for row, vector in enumerate(matrix):
-        index.put(row, vector, (0, 0, False))
+    for row in range(len(matrix)):
+        index.put(row, (0, 0, False))
     return index, matrix, lock
 
 
@@ -168,13 +168,13 @@ def test_changes_after_and_during_a_build_are_reflected(small_threshold: None) -
         reads.append(1)
         if len(reads) == 1:  # a write lands while the graph is being built (the lock is re-entrant)
             extra[0] = matrix[5]  # a new row 3000 equal to row 5, and row 7 deleted
-            index.put(3_000, extra[0], (0, 0, False))
+            index.put(3_000, (0, 0, False))
             index.drop(7)
         return np.concatenate([matrix, extra])[rows]
 
     index = ann.AnnIndex(DIMS, lock, vectors)
-    for row, vector in enumerate(matrix):
-        index.put(row, vector, (0, 0, False))
+    for row in range(len(matrix)):
+        index.put(row, (0, 0, False))
     allowed, candidates = np.ones(3_010, dtype=bool), np.arange(3_010)
     with lock:
         assert index.shortlist(matrix[0], [0], allowed, candidates, 5) is None
@@ -184,11 +184,11 @@ def test_changes_after_and_during_a_build_are_reflected(small_threshold: None) -
         assert near_five is not None and {5, 3_000} <= set(near_five.tolist())
         assert 7 not in index.shortlist(matrix[7], [0], allowed, candidates, 5).tolist()
         index.drop(5)  # after the build: removed from the graph
-        index.put(11, matrix[20], (0, 0, False))  # row 11 now holds row 20's vector
+        index.put(11, (0, 0, False))  # row 11 now holds row 20's vector
         extra_row = index.shortlist(matrix[20], [0], allowed, candidates, 3)
         assert 5 not in index.shortlist(matrix[5], [0], allowed, candidates, 5).tolist()
         assert {11, 20} <= set(extra_row.tolist())
-        index.put(12, matrix[12], (1, 0, False))  # moved to another namespace's partition
+        index.put(12, (1, 0, False))  # moved to another namespace's partition
         assert 12 not in index.shortlist(matrix[12], [0], allowed, candidates, 5).tolist()
         assert index.partitions(1, None, False) == [1]
 
@@ -217,7 +217,7 @@ def _saved(index: ann.AnnIndex, folder: Path) -> tuple[dict[str, np.ndarray], di
 def test_a_captured_index_opens_with_mapped_graphs_and_identical_results(small_threshold: None, tmp_path: Path) -> None:
     rng, centres, index, matrix, lock = _one_built_graph(19)
     candidates, allowed = np.arange(3_000), np.ones(3_000, dtype=bool)
-    index.put(3_001 - 1, matrix[1], (0, 0, False))  # a change after the build is in the state too
+    index.put(3_001 - 1, (0, 0, False))  # a change after the build is in the state too
     index.drop(17)
     arrays, files = _saved(index, tmp_path)
     assert all(isinstance(value, np.ndarray) for value in arrays.values()) and len(files) == 1
@@ -250,7 +250,7 @@ def test_many_changes_refresh_the_graph_and_results_stay_exact(small_threshold: 
     with lock:
         matrix[:300] = fresh  # 300 rows get new vectors
         for row in range(300):
-            index.put(row, matrix[row], (0, 0, False))
+            index.put(row, (0, 0, False))
         assert index.dirty() == 300
         index.shortlist(matrix[0], [0], allowed, candidates, 10)  # past the threshold: starts the refresh
     index.wait()
