@@ -101,6 +101,7 @@ def _view_graph(path: Path, dimensions: int):  # noqa: ANN202
         raise ValueError(f"{path.name} is not a {dimensions}-dimension graph")
     graph.expansion_search = EXPANSION_SEARCH  # not part of the file
     graph.saved_at = path  # the file it maps: linked, not rewritten, by the next snapshot
+    graph.mapped = True
     return graph
 
 
@@ -116,7 +117,7 @@ def save_graph(graph: object, path: Path) -> None:
         else:
             return
     graph.save(str(path))  # type: ignore[attr-defined]
-    graph.saved_at = path  # type: ignore[attr-defined]
+
 
 
 def _stop_builds() -> None:
@@ -383,6 +384,26 @@ class AnnIndex:
         }
         graphs = {f"graph_{pid}.usearch": part.graph for pid, part in enumerate(self._parts) if part.graph is not None}
         return AnnCapture(arrays, graphs)
+
+    def saved_in(self, graphs: dict[str, object], folder: Path) -> None:
+        """The snapshot holding ``graphs`` (by file name) is in place at ``folder``: the next
+        snapshot links them from there (``save_graph`` wrote them into the writer's unfinished
+        directory), and a graph built in this process's memory is swapped for the saved file,
+        mapped (the same graph: its memory becomes shared file pages)."""
+        for name, graph in graphs.items():
+            graph.saved_at = folder / name  # type: ignore[attr-defined]
+        for name, graph in graphs.items():
+            if getattr(graph, "mapped", False):
+                continue
+            try:
+                view = _view_graph(folder / name, self.dimensions)
+            except (ValueError, RuntimeError, OSError) as exc:  # removed by a newer snapshot: keep it
+                log.debug("graph %s stays in memory: %s", name, exc)
+                continue
+            with self._lock:
+                for part in self._parts:
+                    if part.graph is graph:
+                        part.graph = view
 
     @classmethod
     def opened(cls, arrays: dict[str, np.ndarray], files: dict[str, Path], dimensions: int, lock: threading.RLock,

@@ -15,6 +15,20 @@ before the index uses it; only when they are hashed moves (by a second or so, in
 Snapshot files are never modified in place (each snapshot is written into a new directory), so
 a file that changes in between is a new file (another inode) or carries new times, and is
 hashed again.
+
+**Sealed files.** Hashing is what made a new process's first search slow on a large store: a
+million memories are ~2.5 GB of snapshot files, ~2.5 s of sha256 on this machine. The writer
+hashes each file it wrote (reading it back after fsync) and records beside the digest the file's
+*seal*: device, inode, size and modification time, taken before and after that hash and equal.
+An opener that finds the very same file (same seal) knows its bytes are the ones hashed: a write
+through any system call, or a replacement, gives the file a new modification time or inode. The
+file is hashed again whenever its seal differs (a copied or restored data directory, any write).
+What a seal cannot see is the same file changed with its modification time put back by hand
+(``touch -d``), or bits rotting on the disk under it — the database file beside it has no
+checksum against those either. The kernel stamps modification times from a clock that ticks
+every few milliseconds, so a write in the same tick as the writer's own last one would leave the
+time unchanged: a file whose time is not at least ``SEAL_MARGIN_NS`` older than its seal is not
+sealed (small files, cheap to hash anyway).
 """
 from __future__ import annotations
 
@@ -24,6 +38,7 @@ import logging
 import mmap
 import os
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import BinaryIO
@@ -33,6 +48,8 @@ logger = logging.getLogger("bhgbrain.search")
 DIRECTORY_NAME = "index-snapshots"  # under the data dir
 
 Identity = tuple[int, int, int, int, int]  # device, inode, size, mtime_ns, ctime_ns
+Seal = list[int]  # device, inode, size, mtime_ns: as a manifest stores it (JSON)
+SEAL_MARGIN_NS = 50_000_000  # a seal is only taken on a file last written this long before
 
 _ahead: dict[str, Future[tuple[Identity, str] | None]] = {}
 _ahead_lock = threading.Lock()
@@ -55,6 +72,38 @@ def file_sha256(path: Path) -> str:
     """The file's sha256, hashed now."""
     with path.open("rb") as handle:
         return _digest(handle)
+
+
+def _seal_of(stat: os.stat_result) -> Seal:
+    # Not the change time: linking an unchanged graph into the next snapshot, and removing the old
+    # snapshot's link, change it without changing a byte.
+    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns]
+
+
+def sealed_sha256(path: Path) -> tuple[str, Seal | None]:
+    """A file just written (and fsynced) by the snapshot writer: its sha256, and its seal, or None
+    when the file changed while being hashed or was written too recently to be sealed."""
+    with path.open("rb") as handle:
+        before = os.fstat(handle.fileno())
+        digest = _digest(handle)
+        after = os.fstat(handle.fileno())
+    seal = _seal_of(after)
+    if seal != _seal_of(before) or time.time_ns() - after.st_mtime_ns < SEAL_MARGIN_NS:
+        return digest, None
+    return digest, seal
+
+
+def current_seal(path: Path) -> Seal | None:
+    """What the file's seal would be now (None when it is gone)."""
+    try:
+        return _seal_of(path.stat())
+    except OSError:
+        return None
+
+
+def is_sealed(path: Path, seal: object) -> bool:
+    """Whether ``path`` is still the very file the writer hashed (``seal`` from its manifest)."""
+    return isinstance(seal, list) and len(seal) == 4 and current_seal(path) == seal
 
 
 def _hashed(path: Path) -> tuple[Identity, str] | None:
@@ -86,13 +135,15 @@ def sha256(path: Path) -> str:
 
 
 def _manifest_files(root: Path) -> list[Path]:
-    """The files the snapshot manifests under ``root`` name, largest first."""
+    """The files the snapshot manifests under ``root`` name and that an opener will hash (not
+    sealed), largest first."""
     files: list[Path] = []
     for manifest_path in sorted(root.glob("*.json")):
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
             folder = root / str(manifest["directory"])
-            files.extend(folder / str(name) for name in manifest["files"])
+            files.extend(folder / str(name) for name, entry in manifest["files"].items()
+                         if not is_sealed(folder / str(name), entry.get("seal")))
         except (OSError, ValueError, KeyError, TypeError):
             continue  # opening it will reject it, with the reason logged
     sizes = {}

@@ -18,8 +18,9 @@ manifest replaced atomically (``os.replace``); older directories are removed aft
 process that has them mapped keeps its pages). Nothing is trusted blindly: a manifest of another
 version or parameters, a file whose size or checksum differs, or a feed position the feed can
 no longer continue from is rejected with a log line, and the index is rebuilt from the database.
-A stdio server hashes the files ahead, while it starts (memories/snapshot_digests.py); they are
-still compared with the manifest here, before the index uses them.
+A file is hashed again when opened unless it is still the very file the writer hashed (its
+*seal*: device, inode, size, modification time); a stdio server hashes the files ahead, while it
+starts (memories/snapshot_digests.py, which explains seals and what they cannot see).
 """
 from __future__ import annotations
 
@@ -76,6 +77,8 @@ class Capture:
     # index's lock), and the checked path when opening.
     files: dict[str, Callable[[Path], None]] = field(default_factory=dict)
     paths: dict[str, Path] = field(default_factory=dict)
+    # Told the snapshot's final directory once it is in place (files written there may be linked).
+    written: Callable[[Path], None] | None = None
 
 
 def enabled() -> bool:
@@ -111,7 +114,15 @@ def _fsynced(path: Path) -> None:
         os.close(fd)
 
 
-def _write_files(target: Path, capture: Capture) -> dict[str, dict[str, Any]]:
+def _sealed_digests(manifest: dict[str, Any] | None) -> dict[tuple[int, ...], str]:
+    """The digests of the sealed files of the snapshot on disk, by seal: a file linked from it
+    into the next one (an unchanged graph) is the same inode, so its digest is not recomputed."""
+    entries = manifest.get("files", {}) if isinstance(manifest, dict) else {}
+    return {tuple(entry["seal"]): str(entry.get("sha256")) for entry in entries.values()
+            if isinstance(entry, dict) and isinstance(entry.get("seal"), list)}
+
+
+def _write_files(target: Path, capture: Capture, known: dict[tuple[int, ...], str]) -> dict[str, dict[str, Any]]:
     files: dict[str, dict[str, Any]] = {}
     for key, array in capture.arrays.items():
         path = target / f"{key}.npy"
@@ -128,7 +139,13 @@ def _write_files(target: Path, capture: Capture) -> dict[str, dict[str, Any]]:
         path = target / name
         _fsynced(path)
         entry["bytes"] = path.stat().st_size
-        entry["sha256"] = snapshot_digests.file_sha256(path)
+        now = snapshot_digests.current_seal(path)
+        if now is not None and tuple(now) in known:  # linked from the last snapshot, already hashed
+            entry["sha256"], entry["seal"] = known[tuple(now)], now
+            continue
+        entry["sha256"], seal = snapshot_digests.sealed_sha256(path)
+        if seal is not None:
+            entry["seal"] = seal
     return files
 
 
@@ -170,12 +187,14 @@ def write(root: Path, name: str, capture: Capture, birth: str) -> bool:
         work = root / f"{name}.{token}.tmp"
         work.mkdir()
         try:
-            files = _write_files(work, capture)
+            files = _write_files(work, capture, _sealed_digests(current))
             final = root / f"{name}.{token}"
             work.rename(final)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
+        if capture.written is not None:
+            capture.written(final)
         manifest = {
             "format": FORMAT_VERSION, "meta": capture.meta, "directory": final.name, "files": files,
             "position": {"change_id": capture.position.change_id, "memory_id": capture.position.memory_id},
@@ -230,7 +249,8 @@ def _check_manifest(manifest: dict[str, Any] | None, expect: dict[str, Any], req
 def _open_file(path: Path, entry: dict[str, Any], mmap_mode: str) -> np.ndarray | list[str] | Path:
     if not path.is_file() or path.stat().st_size != entry.get("bytes"):
         raise Rejected(f"{path.name} is missing or has the wrong size")
-    if snapshot_digests.sha256(path) != entry.get("sha256"):  # computed ahead when it could be
+    if not snapshot_digests.is_sealed(path, entry.get("seal")) and \
+            snapshot_digests.sha256(path) != entry.get("sha256"):  # computed ahead when it could be
         raise Rejected(f"{path.name} fails its checksum")
     if path.suffix == ".txt":
         text = path.read_text(encoding="utf-8")

@@ -89,6 +89,7 @@ class EmbeddedVectorIndex:
         self._sketch_dims = dimensions // SKETCH_RATIO
         self._keeper = snapshots.Keeper("vector")
         self._dirty: set[int] | None = None  # rows written while a snapshot capture copies the vectors
+        self._since_capture: set[int] | None = None  # rows written since the last capture (see _written)
         self.loaded_from: str | None = None  # "database" or "snapshot", once loaded
         self._ann = ann.AnnIndex(dimensions, self._lock, self._vectors_of) if ann.available() else None
         self._reset_arrays()
@@ -142,6 +143,8 @@ class EmbeddedVectorIndex:
         self._matrix[row] = vector
         if self._dirty is not None:
             self._dirty.add(row)
+        if self._since_capture is not None:
+            self._since_capture.add(row)
         if self._projection is not None:
             self._sketch[row] = self._projection.apply(vector)
         self._ns[row] = self._code("n:" + namespace)
@@ -321,7 +324,8 @@ class EmbeddedVectorIndex:
                 dirty = np.fromiter(self._dirty, dtype=np.int64, count=len(self._dirty))
                 for key, array in big.items():
                     copies[key][dirty] = array[dirty]
-                return self._captured(copies)
+                self._since_capture = set()
+                return self._captured(copies, big)
         finally:
             with self._lock:
                 self._dirty = None
@@ -334,7 +338,7 @@ class EmbeddedVectorIndex:
         """Whether the index still holds the arrays a capture is copying."""
         return self._matrix is big["matrix"] and (self._sketch is big["sketch"] if "sketch" in big else self._projection is None)
 
-    def _captured(self, copies: dict[str, np.ndarray]) -> snapshots.Capture:
+    def _captured(self, copies: dict[str, np.ndarray], big: dict[str, np.ndarray]) -> snapshots.Capture:
         arrays = {"matrix": copies["matrix"], "ns": self._ns.copy(), "coll": self._coll.copy(),
                   "threaded": self._threaded.copy(), "live": self._live.copy()}
         meta: dict[str, object] = {**self._snapshot_params(), "codes": dict(self._codes), "top": self._top}
@@ -342,13 +346,43 @@ class EmbeddedVectorIndex:
             arrays |= {"sketch": copies["sketch"], "mean": self._projection.mean, "basis": self._projection.basis}
             meta["fitted_rows"] = self._projection.fitted_rows
         files: dict[str, Callable[[Path], None]] = {}
+        graphs: dict[str, object] = {}
         if self._ann is not None:  # the graphs never change: saved after the lock is released
-            graphs = self._ann.capture()
-            arrays |= {f"ann_{key}": value for key, value in graphs.arrays.items()}
-            files = {name: functools.partial(ann.save_graph, graph) for name, graph in graphs.graphs.items()}
+            captured = self._ann.capture()
+            arrays |= {f"ann_{key}": value for key, value in captured.arrays.items()}
+            graphs = captured.graphs
+            files = {name: functools.partial(ann.save_graph, graph) for name, graph in graphs.items()}
         ids = [memory_id or "" for memory_id in self._ids]
         position = snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id)
-        return snapshots.Capture(arrays, {"ids": ids}, meta, position, files=files)
+        return snapshots.Capture(arrays, {"ids": ids}, meta, position, files=files,
+                                 written=functools.partial(self._written, big, graphs))
+
+    def _written(self, big: dict[str, np.ndarray], graphs: dict[str, object], folder: Path) -> None:
+        """A snapshot of this index is in place at ``folder``: its vectors (and sketch) and graphs
+        replace the copies this process holds in its own memory, mapped copy-on-write like an
+        opened snapshot's (a process that loaded a million rows from the database drops ~2 GB of
+        private memory for shared file pages; one that opened a snapshot drops the pages its
+        writes copied). Rows written since the capture are copied over.
+        Skipped when the arrays were replaced meanwhile (grown, refitted, reloaded)."""
+        if self._ann is not None:
+            self._ann.saved_in(graphs, folder)
+        mapped: dict[str, np.ndarray] = {}
+        for key in big:
+            try:
+                mapped[key] = np.asarray(np.load(folder / f"{key}.npy", mmap_mode="c", allow_pickle=False))
+            except (OSError, ValueError):
+                return  # removed by a newer snapshot already: keep the copies
+        with self._lock:
+            if not self._holds(big) or self._since_capture is None or \
+                    any(mapped[key].shape != array.shape for key, array in big.items()):
+                return
+            rows = np.fromiter(self._since_capture, dtype=np.int64, count=len(self._since_capture))
+            for key, array in big.items():
+                mapped[key][rows] = array[rows]
+            self._matrix = mapped["matrix"]
+            if "sketch" in mapped:
+                self._sketch = mapped["sketch"]
+            self._since_capture = None
 
     def save_snapshot(self) -> bool:
         """Write the snapshot now, on this thread (the background writer does the same)."""

@@ -504,3 +504,143 @@ def test_a_namespace_large_enough_gets_its_sketch_at_load(hash_embedder, snapsho
     assert (index._projection is not None) is fitted  # noqa: SLF001
     assert index.save_snapshot()
     assert _snapshot_file(snapshot_dir, "vector", "sketch.npy").exists() is fitted
+
+
+# --- sealed files: opened without hashing while they are the very files the writer hashed ------
+
+def _sealed_pair(embedder, monkeypatch) -> dict[str, str]:  # noqa: ANN001
+    """The saved pair, every file sealed (the margin is for the kernel's coarse clock: these
+    small files are written and hashed within a millisecond)."""
+    monkeypatch.setattr(snapshot_digests, "SEAL_MARGIN_NS", 0)
+    return _saved_pair(embedder)
+
+
+def _hashes_while(monkeypatch) -> list[str]:  # noqa: ANN001
+    hashed: list[str] = []
+    real = snapshot_digests.file_sha256
+
+    def counting(path: Path) -> str:
+        hashed.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(snapshot_digests, "file_sha256", counting)
+    return hashed
+
+
+def test_sealed_snapshot_files_open_without_being_hashed(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
+    ids = _sealed_pair(hash_embedder, monkeypatch)
+    for manifest_path in snapshot_dir.glob("*-*.json"):
+        entries = json.loads(manifest_path.read_text())["files"].values()
+        assert entries and all(len(entry["seal"]) == 4 for entry in entries)
+    snapshot_digests.forget_ahead()
+    assert snapshot_digests.verify_ahead(snapshot_dir) is None  # nothing left to hash ahead
+    hashed = _hashes_while(monkeypatch)
+    assert _rebuilt_correctly(hash_embedder, ids) == ("snapshot", "snapshot")
+    assert hashed == []
+
+
+def test_a_sealed_file_written_later_is_hashed_and_rejected(hash_embedder, snapshot_dir, monkeypatch, caplog) -> None:  # noqa: ANN001
+    """A write gives the file a new modification time (a tick later than the seal's), so the seal
+    no longer matches: the file is hashed, and a changed byte rejects the snapshot."""
+    ids = _sealed_pair(hash_embedder, monkeypatch)
+    matrix = _snapshot_file(snapshot_dir, "vector", "matrix.npy")
+    sealed_at = matrix.stat().st_mtime_ns
+    _flip(matrix, -5)
+    os.utime(matrix, ns=(sealed_at + 10**7, sealed_at + 10**7))
+    hashed = _hashes_while(monkeypatch)
+    assert _rebuilt_correctly(hash_embedder, ids) == ("database", "snapshot")
+    assert "matrix.npy fails its checksum" in caplog.text and hashed == ["matrix.npy"]
+
+
+def test_a_sealed_file_replaced_by_a_copy_is_hashed_and_accepted(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
+    """A copy (a restored data directory) is another inode: hashed, and used when its bytes match."""
+    ids = _sealed_pair(hash_embedder, monkeypatch)
+    post_rows = _snapshot_file(snapshot_dir, "text", "post_rows.npy")
+    copy = post_rows.with_suffix(".copy")
+    shutil.copy2(post_rows, copy)  # same bytes and modification time, another inode
+    os.replace(copy, post_rows)
+    hashed = _hashes_while(monkeypatch)
+    assert _rebuilt_correctly(hash_embedder, ids) == ("snapshot", "snapshot")
+    assert hashed == ["post_rows.npy"]
+
+
+def test_a_file_written_within_the_margin_is_not_sealed(tmp_path: Path) -> None:
+    path = tmp_path / "fresh.npy"
+    path.write_bytes(b"x" * 1000)
+    digest, seal = snapshot_digests.sealed_sha256(path)
+    assert seal is None and digest == snapshot_digests.file_sha256(path)
+    old = path.stat().st_mtime_ns - 2 * snapshot_digests.SEAL_MARGIN_NS
+    os.utime(path, ns=(old, old))
+    _, seal = snapshot_digests.sealed_sha256(path)
+    assert seal is not None and snapshot_digests.is_sealed(path, seal)
+    assert not snapshot_digests.is_sealed(path, seal[:3]) and not snapshot_digests.is_sealed(tmp_path / "gone", seal)
+
+
+def test_an_unchanged_graph_linked_into_the_next_snapshot_is_not_hashed_again(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(snapshot_digests, "SEAL_MARGIN_NS", 0)
+    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
+    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 2)
+    _store(hash_embedder)
+    index = _vector_index(hash_embedder)
+    _semantic(index, hash_embedder, "lighthouse", namespace="alice")  # starts the build
+    index.ann.wait()  # type: ignore[union-attr]
+    _saved(index)
+    (graph,) = snapshot_dir.glob("vector-*/graph_*.usearch")
+    first = json.loads(next(snapshot_dir.glob("vector-*.json")).read_text())["files"][graph.name]
+    hashed: list[str] = []
+    real = snapshot_digests.sealed_sha256
+    monkeypatch.setattr(snapshot_digests, "sealed_sha256", lambda path: hashed.append(path.name) or real(path))
+    remember("The lighthouse keeper retires in spring", namespace="alice")
+    _semantic(index, hash_embedder, "lighthouse", namespace="alice")  # applies it: a dirty row, same graph
+    _saved(index)
+    manifest = json.loads(next(snapshot_dir.glob("vector-*.json")).read_text())
+    assert manifest["files"][graph.name] == first and "matrix.npy" in hashed and graph.name not in hashed
+    (linked,) = snapshot_dir.glob("vector-*/graph_*.usearch")
+    assert linked.parent != graph.parent and linked.stat().st_ino == first["seal"][1]
+    assert _vector_index(hash_embedder).size() and snapshot_digests.is_sealed(linked, first["seal"])
+
+
+# --- a process that wrote a snapshot maps it instead of keeping its own copies -----------------
+
+def _mapped(array: np.ndarray) -> bool:
+    return isinstance(array, np.memmap) or isinstance(array.base, np.memmap)
+
+
+def test_an_index_loaded_from_the_database_maps_the_snapshot_it_wrote(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
+    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 2)
+    _store(hash_embedder)
+    index = _vector_index(hash_embedder)
+    expected = _semantic(index, hash_embedder, "lighthouse", namespace="alice")  # loads, starts the build
+    index.ann.wait()  # type: ignore[union-attr]
+    assert index.loaded_from == "database" and not _mapped(index._matrix)  # noqa: SLF001
+    graph = index.ann._parts[0].graph  # type: ignore[union-attr]  # noqa: SLF001
+    assert not getattr(graph, "mapped", False)
+    _saved(index)
+    assert _mapped(index._matrix)  # noqa: SLF001
+    (saved,) = snapshot_dir.glob("vector-*/graph_*.usearch")
+    swapped = index.ann._parts[0].graph  # type: ignore[union-attr]  # noqa: SLF001
+    assert swapped is not graph and swapped.mapped and swapped.saved_at == saved
+    assert _semantic(index, hash_embedder, "lighthouse", namespace="alice") == expected
+
+
+def test_rows_written_while_a_snapshot_is_written_survive_the_mapping(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    _store(hash_embedder)
+    index = _vector_index(hash_embedder)
+    index.size()  # loaded from the database
+    _settled(index)
+    capture = index._capture()  # noqa: SLF001
+    assert capture is not None
+    later = Memory.objects.get(id=remember("The lighthouse keeper retires in spring", namespace="alice").id)
+    index.upsert(later)  # written after the capture, before the snapshot is in place
+    row = index._rows[str(later.id)]  # noqa: SLF001
+    assert row < len(capture.arrays["matrix"])  # a free row the capture holds empty
+    assert snapshots.write(*_target(index, capture))
+    assert _mapped(index._matrix) and np.array_equal(index._matrix[row], hash_embedder.embed_query(later.content))  # noqa: SLF001
+    assert not capture.arrays["matrix"][row].any()
+    assert str(later.id) in _semantic(index, hash_embedder, "The lighthouse keeper retires in spring", namespace="alice")
+
+
+def _target(index: EmbeddedVectorIndex, capture: snapshots.Capture) -> tuple[Path, str, snapshots.Capture, str]:
+    root, name, birth = index.snapshot_keeper.target()
+    return root, name, capture, birth
