@@ -173,10 +173,11 @@ class AnnIndex:
     """
 
     def __init__(self, dimensions: int, lock: threading.RLock,
-                 vectors: Callable[[np.ndarray], np.ndarray]) -> None:
+                 vectors: Callable[[np.ndarray], np.ndarray], installed: Callable[[], None] | None = None) -> None:
         self.dimensions = dimensions
         self._lock = lock
         self._vectors = vectors
+        self._installed = installed  # called (lock held) when a build installs a graph: worth saving
         self._keys: dict[PartitionKey, int] = {}
         self._parts: list[_Partition] = []
         self._part_of = np.full(0, -1, dtype=np.int32)  # row -> partition (-1: none)
@@ -355,6 +356,8 @@ class AnnIndex:
             part = self._parts[pid]
             part.install(graph, part.building or set())  # what changed meanwhile stays dirty
             part.building = None
+            if self._installed is not None:
+                self._installed()
 
     def wait(self) -> None:
         """Block until the builds started so far have finished (tests, benchmarks)."""
@@ -407,12 +410,12 @@ class AnnIndex:
 
     @classmethod
     def opened(cls, arrays: dict[str, np.ndarray], files: dict[str, Path], dimensions: int, lock: threading.RLock,
-               vectors: Callable[[np.ndarray], np.ndarray]) -> AnnIndex:
+               vectors: Callable[[np.ndarray], np.ndarray], installed: Callable[[], None] | None = None) -> AnnIndex:
         """The index ``capture()`` described, its graphs mapped from ``files`` (ValueError when
         the pieces do not fit together)."""
         if int(arrays["version"][0]) != _STATE_VERSION:
             raise ValueError("unknown ANN state version")
-        index = cls(dimensions, lock, vectors)
+        index = cls(dimensions, lock, vectors, installed)
         for ns, coll, threaded in np.asarray(arrays["keys"], dtype=np.int64).reshape(-1, 3):
             index._pid((int(ns), int(coll), bool(threaded)))
         index._part_of = np.asarray(arrays["part_of"], dtype=np.int32).copy()

@@ -383,6 +383,13 @@ class Keeper:
     def note(self, changes: int) -> None:
         self.pending += changes
 
+    def soon(self, capture: Callable[[], Capture | None]) -> None:
+        """Something costly to redo changed (a graph was built): write now, on the background
+        thread, if where to write is known already, else on the next search. Index lock held."""
+        self.pending = max(self.pending, WRITE_AFTER_CHANGES)
+        if self._target is not None:
+            self.maybe_start(capture)
+
     def due(self) -> bool:
         if self.pending <= 0 or not enabled() or (self.thread is not None and self.thread.is_alive()):
             return False

@@ -91,7 +91,7 @@ class EmbeddedVectorIndex:
         self._dirty: set[int] | None = None  # rows written while a snapshot capture copies the vectors
         self._since_capture: set[int] | None = None  # rows written since the last capture (see _written)
         self.loaded_from: str | None = None  # "database" or "snapshot", once loaded
-        self._ann = ann.AnnIndex(dimensions, self._lock, self._vectors_of) if ann.available() else None
+        self._ann = ann.AnnIndex(dimensions, self._lock, self._vectors_of, self._graph_installed) if ann.available() else None
         self._reset_arrays()
 
     def _reset_arrays(self) -> None:
@@ -108,6 +108,11 @@ class EmbeddedVectorIndex:
         self._top = 0
         if self._ann is not None:
             self._ann.reset()
+
+    def _graph_installed(self) -> None:
+        """A graph build finished (minutes of a core at a million rows): save it soon, so the next
+        process maps it instead of building it again."""
+        self._keeper.soon(self._capture)
 
     def _vectors_of(self, rows: np.ndarray) -> np.ndarray:
         """A copy of these rows' vectors (the graph builder reads them a chunk at a time)."""
@@ -291,7 +296,8 @@ class EmbeddedVectorIndex:
         arrays = {key[4:]: value for key, value in snapshot.arrays.items() if key.startswith("ann_")}
         if arrays:
             try:
-                return ann.AnnIndex.opened(arrays, snapshot.paths, self.dimensions, self._lock, self._vectors_of)
+                return ann.AnnIndex.opened(arrays, snapshot.paths, self.dimensions, self._lock, self._vectors_of,
+                                           self._graph_installed)
             except (ValueError, KeyError, RuntimeError) as exc:
                 snapshots.logger.warning("vector index: snapshot graphs unusable (%s), rebuilding them", exc)
         current.assign(np.flatnonzero(self._ns[: self._top] >= 0), self._ns, self._coll, self._threaded)

@@ -59,6 +59,8 @@ def _settled(index: EmbeddedVectorIndex | TextIndex) -> None:
     if thread is not None:
         thread.join(timeout=60)
         assert not thread.is_alive()
+    # And the process's own indexes' (remember searched them: a graph they built is saved at once).
+    assert snapshots.finish_writes(60)
 
 
 def _saved(index: EmbeddedVectorIndex | TextIndex) -> None:
@@ -577,10 +579,10 @@ def test_a_file_written_within_the_margin_is_not_sealed(tmp_path: Path) -> None:
 
 
 def test_an_unchanged_graph_linked_into_the_next_snapshot_is_not_hashed_again(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
+    _store(hash_embedder)  # before the thresholds: the process's own index builds no graph to save
     monkeypatch.setattr(snapshot_digests, "SEAL_MARGIN_NS", 0)
     monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
     monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 2)
-    _store(hash_embedder)
     index = _vector_index(hash_embedder)
     _semantic(index, hash_embedder, "lighthouse", namespace="alice")  # starts the build
     index.ann.wait()  # type: ignore[union-attr]
@@ -590,7 +592,9 @@ def test_an_unchanged_graph_linked_into_the_next_snapshot_is_not_hashed_again(ha
     hashed: list[str] = []
     real = snapshot_digests.sealed_sha256
     monkeypatch.setattr(snapshot_digests, "sealed_sha256", lambda path: hashed.append(path.name) or real(path))
+    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 10**9)  # the process's own index (remember's dedup): no graph
     remember("The lighthouse keeper retires in spring", namespace="alice")
+    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
     _semantic(index, hash_embedder, "lighthouse", namespace="alice")  # applies it: a dirty row, same graph
     _saved(index)
     manifest = json.loads(next(snapshot_dir.glob("vector-*.json")).read_text())
