@@ -9,8 +9,12 @@ their lists, which are sorted by row), dropping rows as the bounds left shrink. 
 the same top-k as scoring everything (rows tied at one score may come in another order): on
 text with rare and common words most of a common word's postings are never touched.
 
-A term's bound is its largest possible contribution: idf × (k1 + 1) × tf / (tf + k1 (1 - b +
-b · dl / avgdl)) at its list's largest tf and shortest document.
+A term's bound is its largest contribution to any row: idf × (k1 + 1) × the largest *impact*
+tf / (tf + k1 (1 - b + b · dl / avgdl)) over its postings. The impact grows with avgdl, so a
+largest impact computed at an avgdl A bounds every avgdl up to A: the index keeps it per term
+(``TermList.impact``), computed at a little above the current avgdl and recomputed when avgdl
+passes it. Without one (or past it) the bound takes the list's largest tf and shortest document
+together, which a real posting rarely reaches: a looser bound prunes later.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ class TermList:
     idf: float
     max_tf: float
     min_dl: float
+    impact: tuple[float, float] | None = None  # (avgdl A, the largest impact over the list at A)
 
 
 @dataclass(frozen=True)
@@ -47,9 +52,20 @@ class Bm25:
         dl *= np.float32(term.idf * (self.k1 + 1))
         return dl
 
+    def impacts(self, tfs: np.ndarray, dl: np.ndarray) -> np.ndarray:
+        """tf / (tf + k1 (1 - b + b · dl / avgdl)) per posting: the contribution without idf × (k1 + 1)."""
+        norm = dl * np.float32(self.k1 * self.b / self.avgdl)
+        norm += np.float32(self.k1 * (1 - self.b))
+        norm += tfs
+        return np.divide(tfs, norm, out=norm)
+
     def bound(self, term: TermList) -> float:
         norm = self.k1 * (1 - self.b + self.b * term.min_dl / self.avgdl)
-        return term.idf * (self.k1 + 1) * term.max_tf / (term.max_tf + norm)
+        loose = term.idf * (self.k1 + 1) * term.max_tf / (term.max_tf + norm)
+        if term.impact is None or self.avgdl > term.impact[0]:
+            return loose
+        # float32 impacts: rounded up by a margin far above their error, so the bound holds
+        return min(loose, term.idf * (self.k1 + 1) * term.impact[1] * (1 + 1e-4))
 
 
 def top_k(terms: list[TermList], bm25: Bm25, dl: np.ndarray, eligible: np.ndarray, limit: int,

@@ -40,6 +40,10 @@ from memories.text import ANALYZER_VERSION
 from search.bm25_topk import Bm25, TermList, top_k
 
 _INF = math.inf
+# A list this long keeps its largest impact (search/bm25_topk.py: a tight bound prunes earlier),
+# computed at this much above the current average row length, so it holds while that grows.
+IMPACT_MIN_POSTINGS = 4096
+IMPACT_AVGDL_HEADROOM = 1.05
 _SELECT = {
     # SQLite: the analyzed text FTS5 stores; PostgreSQL: the token arrays of memory_search
     # (tags already repeated there, so their column is empty).
@@ -87,6 +91,7 @@ class TextIndex:
         self._deaths = array("i")  # rows masked since the load, in order (for the df caches)
         self._ns_docs: dict[int, list[float]] = {}  # namespace code -> [live rows, sum of their lengths]
         self._term_stats: dict[str, tuple[int, float, float]] = {}  # term -> (postings seen, max tf, min dl)
+        self._impacts: dict[str, tuple[int, float, float]] = {}  # term -> (postings seen, avgdl, largest impact)
         self._df: dict[tuple[int, str], tuple[int, int, int]] = {}  # (ns, term) -> (df, postings seen, deaths seen)
         self._eligible: dict[tuple[int, int | None], tuple[int, float, float, np.ndarray]] = {}
         self._version = 0  # bumped by every change of a row: the eligible masks depend on it
@@ -243,6 +248,7 @@ class TextIndex:
         if ns_code is None or docs is None or docs[0] <= 0:
             return []
         n_docs = int(docs[0])
+        avgdl = max(docs[1] / n_docs, 1.0)
         lists: list[TermList] = []
         for term in terms:
             posting = self._posting(term)
@@ -254,10 +260,11 @@ class TextIndex:
                 continue
             tfs = np.frombuffer(posting[1], dtype=np.float32)
             max_tf, min_dl = self._list_stats(term, rows, tfs)
-            lists.append(TermList(rows, tfs, math.log(1 + (n_docs - df + 0.5) / (df + 0.5)), max_tf, min_dl))
+            impact = self._list_impact(term, rows, tfs, avgdl)
+            lists.append(TermList(rows, tfs, math.log(1 + (n_docs - df + 0.5) / (df + 0.5)), max_tf, min_dl, impact))
         if not lists:
             return []
-        bm25 = Bm25(self.k1, self.b, max(docs[1] / n_docs, 1.0))
+        bm25 = Bm25(self.k1, self.b, avgdl)
         coll_code = None if collection is None else self._codes.get("c:" + collection, -2)
         dl = np.frombuffer(self._dl, dtype=np.float32)
         best, scores = top_k(lists, bm25, dl, self._eligible_rows(ns_code, coll_code, now.timestamp()), limit)
@@ -292,6 +299,25 @@ class TextIndex:
             min_dl = min(min_dl, float(dl[rows[seen:]].min()))
             self._term_stats[term] = (rows.size, max_tf, min_dl)
         return max_tf, min_dl
+
+    def _list_impact(self, term: str, rows: np.ndarray, tfs: np.ndarray, avgdl: float) -> tuple[float, float] | None:
+        """The term's largest impact over its postings at an avgdl a little above ``avgdl``
+        (search/bm25_topk.py): kept as the list grows, recomputed when avgdl passes it. Short
+        lists go without (their loose bound costs little)."""
+        if rows.size < IMPACT_MIN_POSTINGS:
+            return None
+        cached = self._impacts.get(term)
+        dl = np.frombuffer(self._dl, dtype=np.float32)
+        if cached is None or cached[1] < avgdl:
+            at = avgdl * IMPACT_AVGDL_HEADROOM
+            seen, best = 0, 0.0
+        else:
+            seen, at, best = cached
+        if seen < rows.size:
+            reference = Bm25(self.k1, self.b, at)
+            best = max(best, float(reference.impacts(tfs[seen:], np.take(dl, rows[seen:])).max()))
+            self._impacts[term] = (rows.size, at, best)
+        return at, best
 
     def _eligible_rows(self, ns_code: int, coll_code: int | None, now: float) -> np.ndarray:
         """Rows a search may return (live, in the namespace and collection, unexpired at ``now``),

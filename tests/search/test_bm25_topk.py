@@ -22,15 +22,20 @@ def _brute(lists: list[TermList], bm25: Bm25, dl: np.ndarray, eligible: np.ndarr
     return np.where(eligible, scores, 0.0)
 
 
-def _lists(rng: np.random.Generator, size: int, count: int, dl: np.ndarray) -> list[TermList]:
-    """Terms from rare to common (Zipf-like list lengths), tf 1-3."""
+def _lists(rng: np.random.Generator, size: int, count: int, dl: np.ndarray,
+           impact_at: float | None = None) -> list[TermList]:
+    """Terms from rare to common (Zipf-like list lengths), tf 1-3; with ``impact_at``, each
+    carrying its largest impact at that avgdl (the tight bound the text index keeps)."""
     lists = []
     for _ in range(count):
         length = int(min(size, max(1, size * rng.pareto(1.2) / 20)))
         rows = np.sort(rng.choice(size, size=length, replace=False)).astype(np.int32)
         tfs = rng.integers(1, 4, size=length).astype(np.float32)
         idf = math.log(1 + (size - length + 0.5) / (length + 0.5))
-        lists.append(TermList(rows, tfs, idf, float(tfs.max()), float(dl[rows].min())))
+        impact = None
+        if impact_at is not None:
+            impact = (impact_at, float(Bm25(K1, B, impact_at).impacts(tfs, dl[rows].copy()).max()))
+        lists.append(TermList(rows, tfs, idf, float(tfs.max()), float(dl[rows].min()), impact))
     return lists
 
 
@@ -41,7 +46,10 @@ def test_top_k_equals_scoring_every_posting(seed: int) -> None:
     dl = rng.integers(3, 60, size=size).astype(np.float32)
     bm25 = Bm25(K1, B, float(dl.mean()))
     for query in range(40):
-        lists = _lists(rng, size, int(rng.integers(1, 7)), dl)
+        # Every third query's lists carry impacts: at exactly avgdl, above it, or stale (below it:
+        # the loose bound is used instead).
+        impact_at = (None, None, bm25.avgdl * float(rng.choice([1.0, 1.05, 0.9])))[query % 3]
+        lists = _lists(rng, size, int(rng.integers(1, 7)), dl, impact_at)
         eligible = rng.random(size) < (0.3 if query % 2 else 0.97)
         limit = int(rng.choice([1, 5, 10, 50]))
         rows, scores = top_k(lists, bm25, dl, eligible, limit)
@@ -140,3 +148,16 @@ def test_statistics_kept_as_rows_change_equal_a_recount() -> None:
 def _zipf(count: int) -> np.ndarray:
     weights = 1 / np.arange(1, count + 1)
     return weights / weights.sum()
+
+
+def test_a_kept_impact_bounds_every_contribution_and_is_tighter() -> None:
+    rng = np.random.default_rng(11)
+    dl = rng.integers(3, 60, size=5_000).astype(np.float32)
+    bm25 = Bm25(K1, B, float(dl.mean()))
+    for at in (bm25.avgdl, bm25.avgdl * 1.05):
+        (term,) = _lists(rng, dl.size, 1, dl, at)
+        contributions = bm25.contribution(term, term.tfs, dl[term.rows].copy())
+        loose = Bm25.bound(bm25, TermList(term.rows, term.tfs, term.idf, term.max_tf, term.min_dl))
+        assert contributions.max() <= bm25.bound(term) * (1 + 1e-6) and bm25.bound(term) <= loose  # float32 sums
+    (stale,) = _lists(rng, dl.size, 1, dl, bm25.avgdl * 0.9)  # avgdl grew past it: not used
+    assert bm25.bound(stale) == bm25.bound(TermList(stale.rows, stale.tfs, stale.idf, stale.max_tf, stale.min_dl))
