@@ -85,11 +85,12 @@ def top_k(terms: list[TermList], bm25: Bm25, dl: np.ndarray, eligible: np.ndarra
         j += 1
         if j < len(order) and left[j] < left[0] - left[j]:  # the rows scored may already bar the rest
             theta = max(theta, _kth(scores, term.rows[np.take(eligible, term.rows)], limit))
+    scored = terms[order[0]].rows if j == 1 else None  # the rows with a score, when one list holds them all
     if j == len(order):
-        candidates = np.flatnonzero(scores > max(theta * (1 - _SLACK), 0.0))
+        candidates = _at_least(scores, scored, max(theta * (1 - _SLACK), 0.0), strictly=True)
         candidates = candidates[eligible[candidates]]
     else:
-        candidates = _looked_up(terms, order[j:], left[j:], scores, eligible, theta, bm25, dl, limit)
+        candidates = _looked_up(terms, order[j:], left[j:], scores, scored, eligible, theta, bm25, dl, limit)
     top = min(limit, candidates.size)
     if top == 0:
         return candidates, np.zeros(0, dtype=np.float32)
@@ -105,10 +106,20 @@ def _kth(scores: np.ndarray, rows: np.ndarray, limit: int) -> float:
     return float(np.partition(np.take(scores, rows), rows.size - limit)[rows.size - limit])
 
 
+def _at_least(scores: np.ndarray, scored: np.ndarray | None, floor: float, *, strictly: bool = False) -> np.ndarray:
+    """The rows whose score reaches ``floor`` (passes it, ``strictly``), ascending: picked from
+    ``scored`` when the rows with a score are known (a list of a tenth of the rows, not all of them)."""
+    if scored is None or scored.size * 4 > scores.size:
+        return np.flatnonzero(scores > floor if strictly else scores >= floor)
+    values = np.take(scores, scored)
+    return scored[values > floor if strictly else values >= floor]
+
+
 def _looked_up(terms: list[TermList], rest: list[int], left: list[float], scores: np.ndarray,
-               eligible: np.ndarray, theta: float, bm25: Bm25, dl: np.ndarray, limit: int) -> np.ndarray:
+               scored: np.ndarray | None, eligible: np.ndarray, theta: float, bm25: Bm25, dl: np.ndarray,
+               limit: int) -> np.ndarray:
     """Add the ``rest`` terms to the rows that can still reach ``theta``; those rows."""
-    candidates = np.flatnonzero(scores >= (theta - left[0]) * (1 - _SLACK))
+    candidates = _at_least(scores, scored, (theta - left[0]) * (1 - _SLACK))
     candidates = candidates[eligible[candidates] & (scores[candidates] > 0)]
     member: np.ndarray | None = None
     for step, index in enumerate(rest):
