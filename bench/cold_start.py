@@ -23,7 +23,7 @@ if str(REPO_ROOT) not in sys.path:
 import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
 
 # isort: split
-from machine import proc_status_mib  # noqa: E402
+from machine import mapped_file_rss_mib, proc_status_mib  # noqa: E402
 
 MODES = ("fulltext", "semantic", "hybrid")
 LIMIT = 10
@@ -58,6 +58,7 @@ def cold_start(namespace: str, question: str, snapshots: bool) -> dict[str, obje
     return {
         "first_search_ms": first, "setup_ms": setup_ms, "model_load_ms": model_ms,
         "rss_mib": proc_status_mib("VmRSS"), "rss_anon_mib": proc_status_mib("RssAnon"),
+        "rss_files_mib": mapped_file_rss_mib(),  # which snapshot files the first searches touched
         "loaded_from": {"vector": getattr(vectors, "loaded_from", None), "text": getattr(text, "loaded_from", None)},
     }
 

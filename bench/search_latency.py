@@ -80,7 +80,7 @@ SENTENCES_PER_MEMORY = ((1, 0.35), (2, 0.45), (3, 0.20))  # (sentences joined, p
 # --------------------------------------------------------------------------- CLI
 
 
-from machine import cpu_model, load_average, memory_snapshot, package_version, usable_cpus  # noqa: E402
+from machine import cpu_model, load_average, memory_snapshot, package_version, python_speed_ms, usable_cpus  # noqa: E402
 
 
 def _sizes(text: str) -> list[int]:
@@ -150,6 +150,7 @@ def database_description() -> str:
 def machine_info() -> dict[str, str]:
     return {
         "cpu": cpu_model(),
+        "python_loop_3m_ms": str(python_speed_ms()),
         "nproc": f"{usable_cpus()} usable (os.cpu_count={os.cpu_count()})",
         "python": f"{platform.python_version()} ({platform.python_implementation()})",
         "platform": platform.platform(),

@@ -51,6 +51,23 @@ SHORTLIST_MIN = 400  # re-scored exactly: max(SHORTLIST_MIN, SHORTLIST_PER_RESUL
 SHORTLIST_PER_RESULT = 40
 
 
+@dataclass
+class _Eligible:
+    """The rows one kind of search may return, at one version of the index (``_eligible_rows``)."""
+
+    version: int
+    high_water: int
+    since: float
+    until: float  # the earliest expiry among them: past it, one has expired
+    mask: np.ndarray
+    _rows: np.ndarray | None = None
+
+    def rows(self) -> np.ndarray:
+        if self._rows is None:
+            self._rows = np.flatnonzero(self.mask)
+        return self._rows
+
+
 @dataclass(frozen=True)
 class Projection:
     mean: np.ndarray  # (dims,)
@@ -89,6 +106,8 @@ class EmbeddedVectorIndex:
         self._sketch_dims = dimensions // SKETCH_RATIO
         self._keeper = snapshots.Keeper("vector")
         self._dirty: set[int] | None = None  # rows written while a snapshot capture copies the vectors
+        self._version = 0  # bumped by every row written or dropped: the cached eligible rows depend on it
+        self._eligible: dict[tuple[int, int | None, bool], _Eligible] = {}
         self._since_capture: set[int] | None = None  # rows written since the last capture (see _written)
         self.loaded_from: str | None = None  # "database" or "snapshot", once loaded
         self._ann = ann.AnnIndex(dimensions, self._lock, self._vectors_of, self._graph_installed) if ann.available() else None
@@ -106,6 +125,8 @@ class EmbeddedVectorIndex:
         self._sketch = np.zeros((0, self._sketch_dims), dtype=np.float32)
         self._codes: dict[str, int] = {}
         self._top = 0
+        self._version += 1
+        self._eligible.clear()
         if self._ann is not None:
             self._ann.reset()
 
@@ -136,6 +157,7 @@ class EmbeddedVectorIndex:
 
     def _put(self, memory_id: str, vector: np.ndarray, namespace: str, collection: str, until: float,
              threaded: bool = False) -> None:
+        self._version += 1
         row = self._rows.get(memory_id)
         moved = row is None or not np.array_equal(self._matrix[row], vector)
         if row is None:
@@ -162,6 +184,7 @@ class EmbeddedVectorIndex:
     def _drop(self, memory_id: str) -> None:
         row = self._rows.pop(memory_id, None)
         if row is not None:
+            self._version += 1
             self._ids[row] = None
             self._ns[row] = -1
             self._free.append(row)
@@ -418,19 +441,14 @@ class EmbeddedVectorIndex:
             if ns_code is None:
                 return []
             rows = self._high_water()
-            mask = self._ns[:rows] == ns_code
-            if collection is not None:
-                mask &= self._coll[:rows] == self._codes.get("c:" + collection, -2)
-            mask &= self._live[:rows] > now.timestamp()
-            if facts_only:
-                mask &= ~self._threaded[:rows]
-            candidates = np.flatnonzero(mask)
+            coll_code = None if collection is None else self._codes.get("c:" + collection, -2)
+            eligible = self._eligible_rows(ns_code, coll_code, facts_only, rows, now.timestamp())
+            mask, candidates = eligible.mask, eligible.rows()
             if candidates.size == 0:
                 return []
             query = np.asarray(vector, dtype=np.float32)
             shortlist = None
             if not exact and candidates.size >= ann.ANN_MIN_ROWS and self._ann is not None:
-                coll_code = None if collection is None else self._codes.get("c:" + collection, -2)
                 pids = self._ann.partitions(ns_code, coll_code, facts_only)
                 keep = max(SHORTLIST_MIN, SHORTLIST_PER_RESULT * limit)
                 shortlist = self._ann.shortlist(query, pids, mask, candidates, keep)
@@ -450,6 +468,31 @@ class EmbeddedVectorIndex:
             best = np.argpartition(-scores, top - 1)[:top]
             best = best[np.argsort(-scores[best], kind="stable")]
             return [VectorHit(self._ids[candidates[i]], float(scores[i])) for i in best]
+
+    def _eligible_rows(self, ns_code: int, coll_code: int | None, facts_only: bool, rows: int,
+                       now: float) -> _Eligible:
+        """The rows a search may return (in the namespace and collection, unexpired at ``now``,
+        facts only if asked), as a mask and as row numbers: reused until a row is written or
+        dropped, or one of them expires (at a million rows, computing them took a few ms of
+        every search)."""
+        key = (ns_code, coll_code, facts_only)
+        cached = self._eligible.get(key)
+        if cached is not None and cached.version == self._version and cached.high_water == rows and \
+                cached.since <= now < cached.until:
+            return cached
+        mask = self._ns[:rows] == ns_code
+        if coll_code is not None:
+            mask &= self._coll[:rows] == coll_code
+        live = self._live[:rows]
+        mask &= live > now
+        if facts_only:
+            mask &= ~self._threaded[:rows]
+        expiring = live[mask]
+        until = float(expiring.min()) if expiring.size else math.inf
+        if len(self._eligible) > 64:
+            self._eligible.clear()
+        found = self._eligible[key] = _Eligible(self._version, rows, now, until, mask)
+        return found
 
     def _shortlist(self, query: np.ndarray, candidates: np.ndarray, rows: int, limit: int) -> np.ndarray:
         """The candidates whose sketch scores best: the only ones scored exactly."""

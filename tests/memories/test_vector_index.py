@@ -211,3 +211,27 @@ def test_a_load_that_failed_half_way_keeps_no_stale_row(hash_embedder, monkeypat
     memory_forget(memory_id=b.id, namespace=None, actor="test")
     c = remember("Gamma fact")
     assert _ids(index, hash_embedder, "Alpha fact") == {c.id}
+
+
+def test_the_rows_a_search_may_return_are_reused_until_one_changes_or_expires(hash_embedder) -> None:
+    """The eligible rows are cached per (namespace, collection, facts only): a search at a later
+    time past an expiry, a write and a drop each see the change, and the same search with nothing
+    changed reuses them."""
+    t3 = remember("Transient fact", retention_tier="T3")
+    t0 = remember("Foundational fact", retention_tier="T0")
+    index = _fresh_index(hash_embedder)
+    query = hash_embedder.embed_query("fact")
+    now = timezone.now()
+
+    def ids(at) -> set[str]:  # noqa: ANN001
+        return {h.memory_id for h in index.search(query, namespace="global", collection=None, limit=10, now=at)}
+
+    assert ids(now) == {t3.id, t0.id}
+    cached = index._eligible[(index._codes["n:global"], None, False)]  # noqa: SLF001
+    assert ids(now) == {t3.id, t0.id} and index._eligible[(index._codes["n:global"], None, False)] is cached  # noqa: SLF001
+    assert ids(now + timedelta(days=31)) == {t0.id}  # past the T3 expiry
+    assert ids(now) == {t3.id, t0.id}  # and back: an earlier time is not served a later mask
+    added = remember("Another fact", namespace="global", retention_tier="T0")
+    assert ids(now) == {t3.id, t0.id, added.id}
+    memory_forget(memory_id=t0.id, namespace=None, actor="test")
+    assert ids(now) == {t3.id, added.id}
