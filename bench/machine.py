@@ -19,9 +19,9 @@ def cpu_model() -> str:
 
 
 def python_speed_ms() -> float:
-    """Milliseconds this interpreter takes for a plain 3-million-step loop (best of three): hosts
-    sold as alike differ by 3x here, and every Python-bound number (transports, the model's
-    tokenizer, Django) moves with it, so results carry it to be compared across runs."""
+    """Milliseconds this interpreter takes for a plain 3-million-step loop in a function (best of
+    three): every Python-bound number (transports, the model's tokenizer, Django) moves with the
+    host's speed, so results carry it to be compared across runs and hosts."""
     best = float("inf")
     for _ in range(3):
         started = time.perf_counter()
