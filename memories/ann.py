@@ -85,6 +85,15 @@ def refresh_after(rows: int) -> int:
     return max(REFRESH_MIN_DIRTY, int(rows * REFRESH_DIRTY_SHARE))
 
 
+def _distinct(rows: np.ndarray) -> np.ndarray:
+    """The rows sorted, each once: ``np.unique`` without its first call's lazy import of numpy.ma
+    (~70 ms on a new process's first search)."""
+    rows = np.sort(rows)
+    if rows.size < 2:
+        return rows
+    return rows[np.concatenate(([True], rows[1:] != rows[:-1]))]
+
+
 def _new_graph(dimensions: int):  # noqa: ANN202 - usearch.index.Index, imported lazily
     from usearch.index import Index
 
@@ -280,7 +289,7 @@ class AnnIndex:
                 self._start_build(pid)
         if small:  # scanned exactly: few rows by definition
             found.append(candidates[np.isin(self._part_of[candidates], small)])
-        return np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+        return _distinct(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
 
     def _graph_search(self, graph: object, pid: int, query: np.ndarray, allowed: np.ndarray, keep: int) -> np.ndarray:
         count = keep

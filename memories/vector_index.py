@@ -114,9 +114,10 @@ class EmbeddedVectorIndex:
         self._reset_arrays()
 
     def _reset_arrays(self) -> None:
-        self._rows: dict[str, int] = {}
+        self._row_map: dict[str, int] | None = {}  # None: not built yet (see _rows)
         self._ids: list[str | None] = []
-        self._free: list[int] = []
+        self._free_rows: list[int] | None = []  # None: not built yet (see _free)
+        self._live_rows = 0
         self._matrix = np.zeros((0, self.dimensions), dtype=np.float32)
         self._ns = np.zeros(0, dtype=np.int32)
         self._coll = np.zeros(0, dtype=np.int32)
@@ -135,6 +136,25 @@ class EmbeddedVectorIndex:
         process maps it instead of building it again."""
         self._keeper.soon(self._capture)
 
+    @property
+    def _rows(self) -> dict[str, int]:
+        """Memory id -> row (built from ``_ids`` on first use after a snapshot was opened)."""
+        if self._row_map is None:
+            with self._lock:
+                if self._row_map is None:
+                    self._row_map = {memory_id: row for row, memory_id in enumerate(self._ids) if memory_id}
+        return self._row_map
+
+    @property
+    def _free(self) -> list[int]:
+        """Rows free for new vectors, the lowest last (built like ``_rows``)."""
+        if self._free_rows is None:
+            with self._lock:
+                if self._free_rows is None:
+                    ids = self._ids
+                    self._free_rows = [row for row in range(len(ids) - 1, -1, -1) if ids[row] is None]
+        return self._free_rows
+
     def _vectors_of(self, rows: np.ndarray) -> np.ndarray:
         """A copy of these rows' vectors (the graph builder reads them a chunk at a time)."""
         return self._matrix[rows]
@@ -151,9 +171,9 @@ class EmbeddedVectorIndex:
         self._live = np.concatenate([self._live, np.zeros(extra, dtype=np.float64)])
         if self._projection is not None:
             self._sketch = np.vstack([self._sketch, np.zeros((extra, self._sketch_dims), dtype=np.float32)])
-        start = len(self._ids)
+        free, start = self._free, len(self._ids)  # built (if it was not) before the new rows exist
         self._ids.extend([None] * extra)
-        self._free.extend(range(len(self._ids) - 1, start - 1, -1))
+        free.extend(range(len(self._ids) - 1, start - 1, -1))
 
     def _put(self, memory_id: str, vector: np.ndarray, namespace: str, collection: str, until: float,
              threaded: bool = False) -> None:
@@ -161,6 +181,7 @@ class EmbeddedVectorIndex:
         row = self._rows.get(memory_id)
         moved = row is None or not np.array_equal(self._matrix[row], vector)
         if row is None:
+            self._live_rows += 1
             if not self._free:
                 self._grow()
             row = self._free.pop()
@@ -185,6 +206,7 @@ class EmbeddedVectorIndex:
         row = self._rows.pop(memory_id, None)
         if row is not None:
             self._version += 1
+            self._live_rows -= 1
             self._ids[row] = None
             self._ns[row] = -1
             self._free.append(row)
@@ -299,8 +321,10 @@ class EmbeddedVectorIndex:
         self._reset_arrays()
         self._matrix, self._ns, self._coll, self._threaded, self._live = (arrays[key] for key in columns)
         self._ids = [memory_id or None for memory_id in ids]
-        self._rows = {memory_id: row for row, memory_id in enumerate(ids) if memory_id}
-        self._free = [row for row in range(len(ids) - 1, -1, -1) if not ids[row]]
+        # id -> row and the free rows are built on the first write, not here: at a million rows
+        # they were most of a new process's first search (~1 s); a search only maps row -> id.
+        self._row_map, self._free_rows = None, None
+        self._live_rows = len(ids) - ids.count("")
         self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
         self._top = int(snapshot.meta["top"])
         if self._ann is not None:  # the rows came from the snapshot, not through _put
@@ -511,7 +535,7 @@ class EmbeddedVectorIndex:
         """Fit the sketch's projection (again once the index has doubled); False when not worth it."""
         if self._sketch_dims < SKETCH_MIN_DIMS:
             return False
-        live = len(self._rows)
+        live = self._live_rows
         if self._projection is not None and live < 2 * self._projection.fitted_rows:
             return True
         used = np.flatnonzero(self._ns[: self._top] >= 0)
@@ -540,11 +564,11 @@ class EmbeddedVectorIndex:
     def size(self) -> int:
         with self._lock:
             self._catch_up()
-            return len(self._rows)
+            return self._live_rows
 
     def health(self) -> tuple[str, str]:
         source = " from a snapshot" if self.loaded_from == "snapshot" else ""
-        state = f"{len(self._rows)} vectors loaded{source}" if self._loaded else "loads on first search"
+        state = f"{self._live_rows} vectors loaded{source}" if self._loaded else "loads on first search"
         sketch = ", sketch prefilter" if self._projection is not None else ""
         graphs = f", {self._ann.graphs()} HNSW graph(s)" if self._ann is not None and self._ann.graphs() else ""
         return "healthy", f"embedded cosine ({state}{sketch}{graphs})"

@@ -73,7 +73,7 @@ class TextIndex:
 
     def _reset(self) -> None:
         self._ids: list[str] = []
-        self._row_of: dict[str, int] = {}
+        self._row_map: dict[str, int] | None = {}  # None: not built yet (see _row_of)
         self._ns = array("i")
         self._coll = array("i")
         self._live = array("d")
@@ -95,6 +95,16 @@ class TextIndex:
         self._df: dict[tuple[int, str], tuple[int, int, int]] = {}  # (ns, term) -> (df, postings seen, deaths seen)
         self._eligible: dict[tuple[int, int | None], tuple[int, float, float, np.ndarray]] = {}
         self._version = 0  # bumped by every change of a row: the eligible masks depend on it
+
+    @property
+    def _row_of(self) -> dict[str, int]:
+        """Memory id -> its live row (built from the alive rows on first use after a snapshot)."""
+        if self._row_map is None:
+            with self._lock:
+                if self._row_map is None:
+                    alive = np.flatnonzero(np.frombuffer(self._alive, dtype=np.int8)).tolist()
+                    self._row_map = {self._ids[row]: row for row in alive}
+        return self._row_map
 
     def _code(self, key: str) -> int:
         return self._codes.setdefault(key, len(self._codes))
@@ -365,7 +375,7 @@ class TextIndex:
         for key, attribute, _ in self._COLUMNS:
             getattr(self, attribute).frombytes(_raw(arrays[key]))  # small per-row arrays: copied, they grow
         self._ids = ids
-        self._row_of = {ids[row]: row for row in np.flatnonzero(arrays["alive"]).tolist()}
+        self._row_map = None  # built on the first write: at a million rows it was ~0.6 s of the first search
         self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
         self._dead = int(snapshot.meta["dead"])
         self._snap_terms = dict(zip(terms, range(len(terms)), strict=True))

@@ -299,8 +299,9 @@ def test_rows_taken_from_elsewhere_are_assigned_to_their_partitions(small_thresh
     source = _index(rng, 8_000, centres)
     opened = EmbeddedVectorIndex("test/ann", DIMS)
     opened._loaded = True  # noqa: SLF001
-    for name in ("_matrix", "_ns", "_coll", "_threaded", "_live", "_ids", "_rows", "_free", "_codes", "_top"):
+    for name in ("_matrix", "_ns", "_coll", "_threaded", "_live", "_ids", "_codes", "_top", "_live_rows"):
         setattr(opened, name, getattr(source, name))
+    opened._row_map, opened._free_rows = None, None  # noqa: SLF001 - built from _ids when first needed
     assert opened.ann is not None
     opened.ann.assign(np.flatnonzero(opened._ns[: opened._top] >= 0), opened._ns, opened._coll, opened._threaded)  # noqa: SLF001
     now, query = timezone.now(), _clustered(rng, 1, centres)[0]

@@ -648,3 +648,21 @@ def test_rows_written_while_a_snapshot_is_written_survive_the_mapping(hash_embed
 def _target(index: EmbeddedVectorIndex, capture: snapshots.Capture) -> tuple[Path, str, snapshots.Capture, str]:
     root, name, birth = index.snapshot_keeper.target()
     return root, name, capture, birth
+
+
+def test_an_opened_snapshot_builds_its_id_maps_only_when_a_write_needs_them(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    """A search maps rows to ids only: the id -> row maps (a second per million rows) are built
+    on the first write the feed brings, and the writes after it land where they should."""
+    ids = _saved_pair(hash_embedder)
+    vectors, text = _vector_index(hash_embedder), _text_index()
+    assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {ids["kept"], ids["other"], ids["expiring"]}
+    assert ids["kept"] in _fulltext(text, "lighthouse keeper", namespace="alice")
+    assert vectors.loaded_from == text.loaded_from == "snapshot"
+    assert vectors._row_map is None and vectors._free_rows is None and text._row_map is None  # noqa: SLF001
+    assert vectors.size() == 4
+    later = remember("The lighthouse keeper retires in spring", namespace="alice")
+    memory_forget(memory_id=ids["other"], namespace=None, actor="test")
+    assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {ids["kept"], ids["expiring"], str(later.id)}
+    assert _fulltext(text, "retires spring", namespace="alice") == [str(later.id)]
+    assert vectors._row_map is not None and text._row_map is not None  # noqa: SLF001
+    assert vectors.size() == 4 and set(vectors._rows) == {ids["kept"], ids["expiring"], ids["bob"], str(later.id)}  # noqa: SLF001
