@@ -77,20 +77,19 @@ def file_sha256(path: Path) -> str:
 def _seal_of(stat: os.stat_result) -> Seal:
     # Not the change time: linking an unchanged graph into the next snapshot, and removing the old
     # snapshot's link, change it without changing a byte.
-    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns]
+    return list(_identity(stat)[:4])
 
 
 def sealed_sha256(path: Path) -> tuple[str, Seal | None]:
     """A file just written (and fsynced) by the snapshot writer: its sha256, and its seal, or None
     when the file changed while being hashed or was written too recently to be sealed."""
-    with path.open("rb") as handle:
-        before = os.fstat(handle.fileno())
-        digest = _digest(handle)
-        after = os.fstat(handle.fileno())
-    seal = _seal_of(after)
-    if seal != _seal_of(before) or time.time_ns() - after.st_mtime_ns < SEAL_MARGIN_NS:
+    hashed = _hashed(path)  # the same identity before and after the hash, or None
+    if hashed is None:
+        return file_sha256(path), None
+    identity, digest = hashed
+    if time.time_ns() - identity[3] < SEAL_MARGIN_NS:
         return digest, None
-    return digest, seal
+    return digest, list(identity[:4])
 
 
 def current_seal(path: Path) -> Seal | None:
