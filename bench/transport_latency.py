@@ -8,6 +8,9 @@ no rate limit, loopback: no token) and the same kind of queries are sent
 - ``POST /tool/search`` (one kept-alive ``httpx.AsyncClient`` per client);
 - REST: ``POST /api/search/`` (the DRF viewset; kept alive the same way);
 - MCP HTTP: a real ``mcp`` SDK session per client over streamable HTTP ``/mcp``;
+- MCP HTTP raw: the same kind of session on ``/mcp`` spoken as plain JSON-RPC over httpx (no SDK
+  client: no task pipeline, no per-result schema validation), which splits the SDK row's overhead
+  into the server's MCP cost and the Python client library's;
 - MCP stdio: a real ``mcp`` SDK ``stdio_client`` per client, each its own
   ``bhgbrain --config=… server start --stdio`` process as Claude Desktop starts it
   (``--stdio-sessions shared``: one process, the clients' calls in flight on one session);
@@ -74,7 +77,8 @@ from workers_load import preload_store, rss_mib, start_server, stop_server  # no
 
 RESULTS = REPO_ROOT / "bench" / "results"
 IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_STDIO, HEALTH = "in-process", "/tool", "REST", "MCP HTTP", "MCP stdio", "/health"
-TRANSPORTS = (IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_STDIO)
+MCP_RAW = "MCP HTTP raw"  # the same /mcp session without the Python SDK client: the server's share of MCP HTTP
+TRANSPORTS = (IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_RAW, MCP_STDIO)
 MODES = ("fulltext", "semantic", "hybrid")
 VARIANTS = ("fresh", "cached")
 LIMIT = 10
@@ -271,6 +275,45 @@ async def health(client: httpx.AsyncClient) -> None:
         raise CallFailed(f"{response.status_code} health")
 
 
+def _sse_data(text: str) -> dict[str, Any]:
+    """The last JSON-RPC message of an SSE answer (a session's opening request is answered so)."""
+    data = [line[5:] for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
+    return json.loads(data[-1])
+
+
+async def raw_mcp_transport(stack: AsyncExitStack, url: str) -> Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]:
+    """An MCP session on ``/mcp`` spoken as plain JSON-RPC over one kept-alive httpx connection:
+    initialize, notifications/initialized, then ``tools/call`` per request. Nothing of the Python
+    SDK's client (its task pipeline, its per-result JSON Schema validation), so the difference to
+    the SDK row is the client library's cost and the difference to ``/tool`` the server's MCP cost."""
+    client = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=300,
+                                                               limits=httpx.Limits(max_connections=1)))
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    opened = await client.post("/mcp", headers=headers, json={
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench-raw", "version": "1"}}})
+    if opened.status_code != 200:
+        raise CallFailed(f"initialize {opened.status_code}")
+    answer = opened.json() if opened.headers.get("content-type", "").startswith("application/json") else _sse_data(opened.text)
+    headers["mcp-protocol-version"] = answer["result"]["protocolVersion"]
+    if opened.headers.get("mcp-session-id"):
+        headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+    await client.post("/mcp", headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    ids = iter(range(1, 1 << 62))
+
+    async def call(tool: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await client.post("/mcp", headers=headers, json={
+            "jsonrpc": "2.0", "id": next(ids), "method": "tools/call", "params": {"name": tool, "arguments": body}})
+        if response.status_code != 200:
+            raise CallFailed(f"mcp raw {response.status_code}")
+        result = response.json().get("result") or {}
+        if result.get("isError") or "structuredContent" not in result:
+            raise CallFailed("mcp raw error result")
+        return result["structuredContent"]
+
+    return call
+
+
 class Clients:
     """Per transport, one sender factory per client: ``calls[transport][i](mode) -> Send``."""
 
@@ -304,6 +347,8 @@ async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, url: str
     out.calls[REST] = [rest_sender(c, namespace) for c in out.http]
     if MCP_HTTP in args.transports:
         out.calls[MCP_HTTP] = [tool_sender((await mcp_transport(stack, url))[0], namespace) for _ in range(count)]
+    if MCP_RAW in args.transports:
+        out.calls[MCP_RAW] = [tool_sender(await raw_mcp_transport(stack, url), namespace) for _ in range(count)]
     if MCP_STDIO in args.transports:
         from mcp.client.stdio import stdio_client
 
@@ -360,7 +405,7 @@ async def measure(args: argparse.Namespace, size: int, url: str, server_pid: int
         for mode in args.modes:  # in-process warm-up: this process's indexes and model
             await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), warm_questions, 1)
         warm_s = await warm(clients, remote, args.modes, warm_questions)
-        servers = {transport: [server_pid] for transport in (TOOL, REST, MCP_HTTP)} | {MCP_STDIO: stdio_pids(config)}
+        servers = {transport: [server_pid] for transport in (TOOL, REST, MCP_HTTP, MCP_RAW)} | {MCP_STDIO: stdio_pids(config)}
         log(f"[{size}] warmed: " + ", ".join(f"{t} {s:.1f} s" for t, s in warm_s.items()))
 
         async def group(variant: str, mode: str, count: int, asked: dict[str, list[str]]) -> None:
@@ -439,7 +484,7 @@ def verdicts(size: int, cells: list[dict[str, Any]], extra: list[dict[str, Any]]
     for (variant, transport, mode, count), o in over.items():
         if count != single:
             continue
-        if transport in (TOOL, REST, MCP_HTTP):
+        if transport in (TOOL, REST, MCP_HTTP, MCP_RAW):
             add(f"overhead <= {OVERHEAD_P50_MS:g} ms p50 and <= {OVERHEAD_P95_MS:g} ms p95", transport, variant, mode,
                 f"{o['p50']:+.2f} / {o['p95']:+.2f}", o["p50"] <= OVERHEAD_P50_MS and o["p95"] <= OVERHEAD_P95_MS)
         if transport == MCP_STDIO:

@@ -35,6 +35,7 @@ import numpy as np
 from django.db import DatabaseError
 
 from memories import ann, snapshots
+from memories.eligible import Eligible, EligibleRows
 from memories.embeddings import from_bytes, get_embedder
 from memories.feed import FeedReader, discarded_on_failure
 from memories.models import Memory
@@ -49,23 +50,6 @@ SKETCH_MIN_DIMS = 64
 SKETCH_SAMPLE = 20_000  # rows the projection is fitted on
 SHORTLIST_MIN = 400  # re-scored exactly: max(SHORTLIST_MIN, SHORTLIST_PER_RESULT x limit)
 SHORTLIST_PER_RESULT = 40
-
-
-@dataclass
-class _Eligible:
-    """The rows one kind of search may return, at one version of the index (``_eligible_rows``)."""
-
-    version: int
-    high_water: int
-    since: float
-    until: float  # the earliest expiry among them: past it, one has expired
-    mask: np.ndarray
-    _rows: np.ndarray | None = None
-
-    def rows(self) -> np.ndarray:
-        if self._rows is None:
-            self._rows = np.flatnonzero(self.mask)
-        return self._rows
 
 
 @dataclass(frozen=True)
@@ -107,7 +91,7 @@ class EmbeddedVectorIndex:
         self._keeper = snapshots.Keeper("vector")
         self._dirty: set[int] | None = None  # rows written while a snapshot capture copies the vectors
         self._version = 0  # bumped by every row written or dropped: the cached eligible rows depend on it
-        self._eligible: dict[tuple[int, int | None, bool], _Eligible] = {}
+        self._eligible = EligibleRows()
         self._since_capture: set[int] | None = None  # rows written since the last capture (see _written)
         self.loaded_from: str | None = None  # "database" or "snapshot", once loaded
         self._ann = ann.AnnIndex(dimensions, self._lock, self._vectors_of, self._graph_installed) if ann.available() else None
@@ -494,29 +478,20 @@ class EmbeddedVectorIndex:
             return [VectorHit(self._ids[candidates[i]], float(scores[i])) for i in best]
 
     def _eligible_rows(self, ns_code: int, coll_code: int | None, facts_only: bool, rows: int,
-                       now: float) -> _Eligible:
+                       now: float) -> Eligible:
         """The rows a search may return (in the namespace and collection, unexpired at ``now``,
         facts only if asked), as a mask and as row numbers: reused until a row is written or
         dropped, or one of them expires (at a million rows, computing them took a few ms of
         every search)."""
-        key = (ns_code, coll_code, facts_only)
-        cached = self._eligible.get(key)
-        if cached is not None and cached.version == self._version and cached.high_water == rows and \
-                cached.since <= now < cached.until:
-            return cached
-        mask = self._ns[:rows] == ns_code
-        if coll_code is not None:
-            mask &= self._coll[:rows] == coll_code
-        live = self._live[:rows]
-        mask &= live > now
-        if facts_only:
-            mask &= ~self._threaded[:rows]
-        expiring = live[mask]
-        until = float(expiring.min()) if expiring.size else math.inf
-        if len(self._eligible) > 64:
-            self._eligible.clear()
-        found = self._eligible[key] = _Eligible(self._version, rows, now, until, mask)
-        return found
+        def select() -> np.ndarray:
+            mask = self._ns[:rows] == ns_code
+            if coll_code is not None:
+                mask &= self._coll[:rows] == coll_code
+            if facts_only:
+                mask &= ~self._threaded[:rows]
+            return mask
+
+        return self._eligible.get((ns_code, coll_code, facts_only), (self._version, rows), now, self._live[:rows], select)
 
     def _shortlist(self, query: np.ndarray, candidates: np.ndarray, rows: int, limit: int) -> np.ndarray:
         """The candidates whose sketch scores best: the only ones scored exactly."""

@@ -35,6 +35,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.timezone import make_aware
 
 from memories import snapshots
+from memories.eligible import EligibleRows
 from memories.feed import FeedReader, discarded_on_failure
 from memories.text import ANALYZER_VERSION
 from search.bm25_topk import Bm25, TermList, top_k
@@ -93,7 +94,7 @@ class TextIndex:
         self._term_stats: dict[str, tuple[int, float, float]] = {}  # term -> (postings seen, max tf, min dl)
         self._impacts: dict[str, tuple[int, float, float]] = {}  # term -> (postings seen, avgdl, largest impact)
         self._df: dict[tuple[int, str], tuple[int, int, int]] = {}  # (ns, term) -> (df, postings seen, deaths seen)
-        self._eligible: dict[tuple[int, int | None], tuple[int, float, float, np.ndarray]] = {}
+        self._eligible = EligibleRows()
         self._version = 0  # bumped by every change of a row: the eligible masks depend on it
 
     @property
@@ -332,23 +333,14 @@ class TextIndex:
     def _eligible_rows(self, ns_code: int, coll_code: int | None, now: float) -> np.ndarray:
         """Rows a search may return (live, in the namespace and collection, unexpired at ``now``),
         reused until a row changes or one of them expires."""
-        key = (ns_code, coll_code)
-        cached = self._eligible.get(key)
-        if cached is not None:
-            version, since, until, mask = cached
-            if version == self._version and since <= now < until:
-                return mask
-        live = np.frombuffer(self._live, dtype=np.float64)
-        mask = (np.frombuffer(self._alive, dtype=np.int8) != 0) & (np.frombuffer(self._ns, dtype=np.int32) == ns_code)
-        if coll_code is not None:
-            mask &= np.frombuffer(self._coll, dtype=np.int32) == coll_code
-        mask &= live > now
-        expiring = live[mask]
-        until = float(expiring.min()) if expiring.size else math.inf
-        if len(self._eligible) > 64:
-            self._eligible.clear()
-        self._eligible[key] = (self._version, now, until, mask)
-        return mask
+        def select() -> np.ndarray:
+            mask = (np.frombuffer(self._alive, dtype=np.int8) != 0) & (np.frombuffer(self._ns, dtype=np.int32) == ns_code)
+            if coll_code is not None:
+                mask &= np.frombuffer(self._coll, dtype=np.int32) == coll_code
+            return mask
+
+        return self._eligible.get((ns_code, coll_code), self._version, now, np.frombuffer(self._live, dtype=np.float64),
+                                  select).mask
 
     # --- snapshots -----------------------------------------------------------------------------
 

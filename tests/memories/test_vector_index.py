@@ -227,8 +227,8 @@ def test_the_rows_a_search_may_return_are_reused_until_one_changes_or_expires(ha
         return {h.memory_id for h in index.search(query, namespace="global", collection=None, limit=10, now=at)}
 
     assert ids(now) == {t3.id, t0.id}
-    cached = index._eligible[(index._codes["n:global"], None, False)]  # noqa: SLF001
-    assert ids(now) == {t3.id, t0.id} and index._eligible[(index._codes["n:global"], None, False)] is cached  # noqa: SLF001
+    cached = index._eligible.cached((index._codes["n:global"], None, False))  # noqa: SLF001
+    assert ids(now) == {t3.id, t0.id} and index._eligible.cached((index._codes["n:global"], None, False)) is cached  # noqa: SLF001
     assert ids(now + timedelta(days=31)) == {t0.id}  # past the T3 expiry
     assert ids(now) == {t3.id, t0.id}  # and back: an earlier time is not served a later mask
     added = remember("Another fact", namespace="global", retention_tier="T0")

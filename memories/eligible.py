@@ -1,0 +1,64 @@
+"""The rows a search may return, cached per kind of search until the index changes or a row expires.
+
+Both in-process indexes (vectors, full-text) answer a search only from rows in the caller's
+namespace (and collection), unexpired now. At a million rows that mask is a few passes over
+every row, so each index keeps the masks of its recent kinds of search here: one is reused while
+the index's version is unchanged and ``now`` is before the earliest expiry among its rows.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+import numpy as np
+
+KINDS_KEPT = 64  # kinds of search (namespace, collection, ...) remembered; past it all are dropped
+
+
+@dataclass
+class Eligible:
+    """The rows one kind of search may return, at one version of the index."""
+
+    version: Hashable
+    since: float
+    until: float  # the earliest expiry among them: past it, one has expired
+    mask: np.ndarray
+    _rows: np.ndarray | None = None
+
+    def rows(self) -> np.ndarray:
+        if self._rows is None:
+            self._rows = np.flatnonzero(self.mask)
+        return self._rows
+
+
+class EligibleRows:
+    """An index's cache of :class:`Eligible` masks, by kind of search. Not locked: the index
+    calls it under its own lock (or accepts that two racing searches compute the same mask)."""
+
+    def __init__(self) -> None:
+        self._found: dict[Hashable, Eligible] = {}
+
+    def clear(self) -> None:
+        self._found.clear()
+
+    def cached(self, kind: Hashable) -> Eligible | None:
+        """What is kept for ``kind`` now, current or not."""
+        return self._found.get(kind)
+
+    def get(self, kind: Hashable, version: Hashable, now: float, live: np.ndarray,
+            select: Callable[[], np.ndarray]) -> Eligible:
+        """The rows of ``kind``: ``select()`` (a fresh boolean mask over the same rows as ``live``,
+        the rows' expiry times) narrowed to the rows unexpired at ``now``; the cached mask when
+        ``version`` is the one it was computed at and no row of it has expired since."""
+        cached = self._found.get(kind)
+        if cached is not None and cached.version == version and cached.since <= now < cached.until:
+            return cached
+        mask = select()
+        mask &= live > now
+        expiring = live[mask]
+        until = float(expiring.min()) if expiring.size else math.inf
+        if len(self._found) >= KINDS_KEPT:
+            self._found.clear()
+        found = self._found[kind] = Eligible(version, now, until, mask)
+        return found

@@ -1,0 +1,58 @@
+"""The cache of the rows a kind of search may return (memories/eligible.py)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from memories.eligible import KINDS_KEPT, EligibleRows
+
+
+def _rows(ns: list[int], live: list[float]):  # noqa: ANN202
+    ns_array, live_array = np.array(ns), np.array(live, dtype=np.float64)
+    calls = []
+
+    def select(code: int):  # noqa: ANN202
+        def mask() -> np.ndarray:
+            calls.append(code)
+            return ns_array == code
+        return mask
+
+    return live_array, select, calls
+
+
+def test_the_mask_is_the_kind_narrowed_to_unexpired_rows_and_reused_while_nothing_changes() -> None:
+    live, select, calls = _rows([1, 1, 2, 1], [10.0, 50.0, 99.0, math.inf])
+    cache = EligibleRows()
+    found = cache.get("ns1", 0, 5.0, live, select(1))
+    assert found.rows().tolist() == [0, 1, 3] and found.until == 10.0
+    assert cache.get("ns1", 0, 9.0, live, select(1)) is found and calls == [1]
+
+
+def test_an_expiry_crossed_recomputes_and_an_earlier_time_is_not_served_a_later_mask() -> None:
+    live, select, calls = _rows([1, 1, 1], [10.0, 50.0, math.inf])
+    cache = EligibleRows()
+    cache.get("k", 0, 5.0, live, select(1))
+    later = cache.get("k", 0, 20.0, live, select(1))
+    assert later.rows().tolist() == [1, 2] and later.until == 50.0
+    earlier = cache.get("k", 0, 5.0, live, select(1))
+    assert earlier.rows().tolist() == [0, 1, 2] and len(calls) == 3
+
+
+def test_a_new_version_recomputes_and_no_expiry_means_forever() -> None:
+    live, select, calls = _rows([1, 2], [math.inf, math.inf])
+    cache = EligibleRows()
+    first = cache.get("k", 0, 1.0, live, select(1))
+    assert first.until == math.inf and cache.get("k", 0, 1e12, live, select(1)) is first
+    assert cache.get("k", 1, 1.0, live, select(1)) is not first and len(calls) == 2
+    assert cache.get("empty", 1, 1.0, live, select(3)).rows().size == 0
+
+
+def test_kinds_are_kept_apart_and_bounded() -> None:
+    live, select, _ = _rows([1, 2], [math.inf, math.inf])
+    cache = EligibleRows()
+    assert cache.get(1, 0, 0.0, live, select(1)).rows().tolist() == [0]
+    assert cache.get(2, 0, 0.0, live, select(2)).rows().tolist() == [1]
+    for kind in range(3, 3 + KINDS_KEPT):
+        cache.get(kind, 0, 0.0, live, select(1))
+    assert cache.cached(1) is None and cache.cached(2 + KINDS_KEPT) is not None
