@@ -133,9 +133,9 @@ def _looked_up(terms: list[TermList], rest: list[int], left: list[float], scores
             if member is None:
                 member = np.zeros(scores.size, dtype=np.bool_)
             member[candidates] = True
-            found = np.take(member, term.rows)
+            found = np.flatnonzero(np.take(member, term.rows))  # positions: two small gathers, not two masks
             member[candidates] = False
-            rows, tfs = term.rows[found], term.tfs[found]
+            rows, tfs = np.take(term.rows, found), np.take(term.tfs, found)
         np.add.at(scores, rows, bm25.contribution(term, tfs, np.take(dl, rows)))
         theta = max(theta, _kth(scores, candidates, limit))
         candidates = candidates[scores[candidates] >= (theta - left[step + 1]) * (1 - _SLACK)]
