@@ -507,6 +507,24 @@ def verdicts(size: int, cells: list[dict[str, Any]], extra: list[dict[str, Any]]
     return rows
 
 
+def prepared_snapshots(namespace: str) -> float:
+    """Load both indexes here, wait for any HNSW graph they start (memories/ann.py) and save their
+    snapshots, so the server and every stdio process open them with their graphs. Otherwise, at
+    100k, the server and 8 stdio processes each built the same graphs in the background while
+    being measured (load average 8 on 2 cores). Seconds spent."""
+    from memories.vector_index import get_vector_index
+    from search import text_index
+
+    started = time.perf_counter()
+    lat.first_searches("warm up the indexes", namespace)
+    lat.graph_build_seconds()
+    for index in (get_vector_index(), text_index._index):  # noqa: SLF001 - this process's own text index
+        save = getattr(index, "save_snapshot", None)
+        if save is not None:
+            save()
+    return time.perf_counter() - started
+
+
 def run_size(args: argparse.Namespace, home: Path, size: int, first: bool) -> dict[str, Any]:
     from django.db import connections
 
@@ -521,8 +539,10 @@ def run_size(args: argparse.Namespace, home: Path, size: int, first: bool) -> di
     started = time.perf_counter()
     _, _, namespaces = preload_store(home, size_args)
     load_s = time.perf_counter() - started
+    graphs_s = prepared_snapshots(namespaces[0])
     connections.close_all()
-    log(f"[{size}] {size} memories loaded in {load_s:.0f} s; drawing {needed(args)} distinct questions")
+    log(f"[{size}] {size} memories loaded in {load_s:.0f} s, graphs and snapshots in {graphs_s:.0f} s; "
+        f"drawing {needed(args)} distinct questions")
     questions = Questions(needed(args), args.seed * 1000 + size)
     env = {k: v for k, v in os.environ.items() if k not in ("BHGBRAIN_WORKERS", "PROMETHEUS_MULTIPROC_DIR")}
     load_before = load_average()
