@@ -45,6 +45,12 @@ _INF = math.inf
 # computed at this much above the current average row length, so it holds while that grows.
 IMPACT_MIN_POSTINGS = 4096
 IMPACT_AVGDL_HEADROOM = 1.05
+# After a load or an open, the statistics a term's first search would compute (a pass over its
+# list each) are computed ahead on a daemon thread for every list this long, for the namespaces
+# holding at least this share of the rows (at most PRIME_NAMESPACES of them).
+PRIME_MIN_POSTINGS = IMPACT_MIN_POSTINGS
+PRIME_MIN_SHARE = 0.05
+PRIME_NAMESPACES = 8
 _SELECT = {
     # SQLite: the analyzed text FTS5 stores; PostgreSQL: the token arrays of memory_search
     # (tags already repeated there, so their column is empty).
@@ -70,9 +76,11 @@ class TextIndex:
         self._feed = FeedReader()
         self._keeper = snapshots.Keeper("text")
         self.loaded_from: str | None = None  # "database" or "snapshot", once loaded
+        self.primer: threading.Thread | None = None  # the last thread started by _prime_soon
         self._reset()
 
     def _reset(self) -> None:
+        self._priming: object | None = None  # the primer's token: a new one (or None) stops the last one
         self._ids: list[str] = []
         self._row_map: dict[str, int] | None = {}  # None: not built yet (see _row_of)
         self._ns = array("i")
@@ -206,6 +214,7 @@ class TextIndex:
             self._ingest(_typed(cursor.fetchall()))
         self._loaded, self.loaded_from = True, "database"
         self._keeper.loaded()
+        self._prime_soon()
 
     def _discard(self) -> None:
         """After a failure: fresh arrays (nothing shares a buffer with a dead search), reload next time."""
@@ -376,7 +385,62 @@ class TextIndex:
         self._feed.resume(snapshot.position.change_id, snapshot.position.memory_id)
         self._loaded, self.loaded_from = True, "snapshot"
         self._keeper.opened(0)
+        self._prime_soon()
         return True
+
+    # --- statistics computed ahead ---------------------------------------------------------------
+
+    def _prime_soon(self) -> None:
+        """Start computing, on a daemon thread, what the first search of each long list would: its
+        largest tf and shortest row, its largest impact, and its documents in the large namespaces
+        (a pass over the list each: at a million rows a term's first search took a few ms more
+        than the next ones). One term per hold of the lock, so searches go on in between; a load,
+        an open or a discard started meanwhile stops it. Index lock held."""
+        self._priming = token = object()
+        self.primer = threading.Thread(target=self._prime, args=(token,), daemon=True, name="bhgbrain-text-prime")
+        self.primer.start()
+
+    def _prime(self, token: object) -> None:
+        with self._lock:
+            if self._priming is not token:
+                return
+            terms = self._long_terms()
+            namespaces = self._large_namespaces()
+        for term in terms:
+            with self._lock:
+                if self._priming is not token:
+                    return
+                self._prime_term(term, namespaces)
+
+    def _long_terms(self) -> list[str]:
+        """Terms with at least PRIME_MIN_POSTINGS postings, the longest first."""
+        sizes = {term: len(posting[0]) for term, posting in self._postings.items()}
+        offsets = self._snap_offsets
+        for term, index in self._snap_terms.items():
+            if term not in sizes:
+                sizes[term] = int(offsets[index + 1] - offsets[index])
+        return sorted((t for t, n in sizes.items() if n >= PRIME_MIN_POSTINGS), key=lambda t: -sizes[t])
+
+    def _large_namespaces(self) -> list[tuple[int, float]]:
+        """(code, avgdl) of the namespaces holding at least PRIME_MIN_SHARE of the live rows."""
+        total = sum(docs[0] for docs in self._ns_docs.values())
+        large = sorted(((int(docs[0]), code, max(docs[1] / docs[0], 1.0)) for code, docs in self._ns_docs.items()
+                        if docs[0] > 0 and docs[0] >= PRIME_MIN_SHARE * total), reverse=True)
+        return [(code, avgdl) for _, code, avgdl in large[:PRIME_NAMESPACES]]
+
+    def _prime_term(self, term: str, namespaces: list[tuple[int, float]]) -> None:
+        """One term's statistics (its views of the posting arrays end with this call: an in-RAM
+        array cannot grow while a view of it lives). Index lock held."""
+        posting = self._posting(term)
+        if posting is None:
+            return
+        rows = np.frombuffer(posting[0], dtype=np.int32)
+        tfs = np.frombuffer(posting[1], dtype=np.float32)
+        self._list_stats(term, rows, tfs)
+        if namespaces:
+            self._list_impact(term, rows, tfs, max(avgdl for _, avgdl in namespaces))
+        for code, _ in namespaces:
+            self._doc_frequency(code, term, rows)
 
     def _count_namespaces(self) -> None:
         """Each namespace's live rows and their total length, from the per-row arrays."""

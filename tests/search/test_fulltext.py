@@ -581,3 +581,52 @@ def test_a_database_error_while_catching_up_loses_no_change(hash_embedder, monke
     monkeypatch.setattr(text_index, "_typed", real)
     assert set(_index_search(index, "kubernetes")) == {first, second}
     assert index.row_count() == 2  # caught up from the feed, not reloaded
+
+
+# --------------------------------------------------------------------------- statistics computed ahead
+
+
+def test_long_lists_get_their_statistics_ahead_and_the_ranking_is_unchanged(hash_embedder, monkeypatch) -> None:
+    """After a load, a daemon thread computes each long list's statistics (largest tf, shortest
+    row, impact, documents per large namespace) that the term's first search would: the same
+    values the search computes itself, and the same ranking."""
+    from search import text_index
+
+    monkeypatch.setattr(text_index, "PRIME_MIN_POSTINGS", 3)
+    monkeypatch.setattr(text_index, "IMPACT_MIN_POSTINGS", 3)
+    add_fillers()
+    for i in range(4):
+        remember(f"Kubernetes cluster number {i} runs the billing service")
+    remember("Kubernetes once", namespace="other")
+    primed = text_index.TextIndex(0.9, 0.4, 2)
+    first = _index_search(primed, "kubernetes billing")  # loads, then the primer runs
+    assert primed.primer is not None
+    primed.primer.join(timeout=10)
+    code = primed._codes["n:global"]  # noqa: SLF001
+    term = analyze_query("kubernetes")[0]
+    assert term in primed._term_stats and term in primed._impacts and (code, term) in primed._df  # noqa: SLF001
+
+    unprimed = text_index.TextIndex(0.9, 0.4, 2)
+    monkeypatch.setattr(text_index.TextIndex, "_prime_soon", lambda self: None)
+    assert _index_search(unprimed, "kubernetes billing") == first
+    for cache in ("_term_stats", "_df"):  # what the search computed itself, the primer computed the same
+        computed, ahead = getattr(unprimed, cache), getattr(primed, cache)
+        assert computed and {key: ahead.get(key) for key in computed} == computed, cache
+    # impacts: the primer's are taken at the largest namespace's avgdl, a bound for every smaller one
+    assert unprimed._impacts.keys() <= primed._impacts.keys()  # noqa: SLF001
+
+
+def test_a_reload_stops_the_last_primer(hash_embedder, monkeypatch) -> None:
+    from search import text_index
+
+    monkeypatch.setattr(text_index, "PRIME_MIN_POSTINGS", 1)
+    add_fillers()
+    index = text_index.TextIndex(0.9, 0.4, 2)
+    with index._lock:  # noqa: SLF001 - the primer waits for the lock, then finds itself replaced
+        index._load()  # noqa: SLF001
+        first = index.primer
+        index._load()  # noqa: SLF001
+    assert first is not None and first is not index.primer
+    first.join(timeout=10)
+    index.primer.join(timeout=10)
+    assert not first.is_alive() and index._term_stats  # noqa: SLF001 - the second one did the work
