@@ -68,6 +68,11 @@ _SELECT = {
 }
 
 
+def _avgdl(docs: list[float]) -> float:
+    """A namespace's average row length, from its [live rows, their total length] (at least 1)."""
+    return max(docs[1] / docs[0], 1.0)
+
+
 class TextIndex:
     def __init__(self, k1: float, b: float, tag_weight: int, context_weight: float = 0.0) -> None:
         self.k1, self.b, self.tag_weight, self.context_weight = k1, b, tag_weight, context_weight
@@ -267,18 +272,16 @@ class TextIndex:
         docs = self._ns_docs.get(ns_code) if ns_code is not None else None
         if ns_code is None or docs is None or docs[0] <= 0:
             return []
-        n_docs = int(docs[0])
-        avgdl = max(docs[1] / n_docs, 1.0)
+        n_docs, avgdl = int(docs[0]), _avgdl(docs)
         lists: list[TermList] = []
         for term in terms:
-            posting = self._posting(term)
-            if posting is None:
+            arrays = self._arrays(term)
+            if arrays is None:
                 continue
-            rows = np.frombuffer(posting[0], dtype=np.int32)
+            rows, tfs = arrays
             df = self._doc_frequency(ns_code, term, rows)
             if df == 0:
                 continue
-            tfs = np.frombuffer(posting[1], dtype=np.float32)
             max_tf, min_dl = self._list_stats(term, rows, tfs)
             impact = self._list_impact(term, rows, tfs, avgdl)
             lists.append(TermList(rows, tfs, math.log(1 + (n_docs - df + 0.5) / (df + 0.5)), max_tf, min_dl, impact))
@@ -289,6 +292,14 @@ class TextIndex:
         dl = np.frombuffer(self._dl, dtype=np.float32)
         best, scores = top_k(lists, bm25, dl, self._eligible_rows(ns_code, coll_code, now.timestamp()), limit)
         return [(self._ids[i], float(score)) for i, score in zip(best.tolist(), scores.tolist(), strict=True)]
+
+    def _arrays(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The term's posting rows (int32) and tfs (float32) as views, or None. Index lock held;
+        an in-RAM list cannot grow while a view of it lives, so views end with the caller's hold."""
+        posting = self._posting(term)
+        if posting is None:
+            return None
+        return np.frombuffer(posting[0], dtype=np.int32), np.frombuffer(posting[1], dtype=np.float32)
 
     def _doc_frequency(self, ns_code: int, term: str, rows: np.ndarray) -> int:
         """Live rows of the namespace holding the term: counted once, then brought up to date
@@ -424,18 +435,16 @@ class TextIndex:
     def _large_namespaces(self) -> list[tuple[int, float]]:
         """(code, avgdl) of the namespaces holding at least PRIME_MIN_SHARE of the live rows."""
         total = sum(docs[0] for docs in self._ns_docs.values())
-        large = sorted(((int(docs[0]), code, max(docs[1] / docs[0], 1.0)) for code, docs in self._ns_docs.items()
+        large = sorted(((int(docs[0]), code, _avgdl(docs)) for code, docs in self._ns_docs.items()
                         if docs[0] > 0 and docs[0] >= PRIME_MIN_SHARE * total), reverse=True)
         return [(code, avgdl) for _, code, avgdl in large[:PRIME_NAMESPACES]]
 
     def _prime_term(self, term: str, namespaces: list[tuple[int, float]]) -> None:
-        """One term's statistics (its views of the posting arrays end with this call: an in-RAM
-        array cannot grow while a view of it lives). Index lock held."""
-        posting = self._posting(term)
-        if posting is None:
+        """One term's statistics (its views of the posting arrays end with this call). Index lock held."""
+        arrays = self._arrays(term)
+        if arrays is None:
             return
-        rows = np.frombuffer(posting[0], dtype=np.int32)
-        tfs = np.frombuffer(posting[1], dtype=np.float32)
+        rows, tfs = arrays
         self._list_stats(term, rows, tfs)
         if namespaces:
             self._list_impact(term, rows, tfs, max(avgdl for _, avgdl in namespaces))
