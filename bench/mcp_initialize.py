@@ -47,16 +47,17 @@ def build_store(home: Path, size: int, seed: int, *, primed: bool = False) -> No
         write_snapshots(home)
 
 
-def write_snapshots(home: Path) -> None:
+def write_snapshots(home: Path, namespace: str = "global") -> float:
     """Leave the store as a process that ran a while leaves it: both index snapshots written,
-    with the vector graphs a large search builds (without this, the first sessions load the
-    indexes from the database and may end before their background snapshot write does)."""
+    with the vector graphs a large search in ``namespace`` builds (without this, the first
+    sessions load the indexes from the database and may end before their background snapshot
+    write does, and every process builds the same graphs). Seconds spent."""
     from memories.vector_index import EmbeddedVectorIndex, get_vector_index
     from search import text_index
     from search.selectors import memories_search
 
     started = time.perf_counter()
-    memories_search(query="prime the indexes", namespace="global", collection=None, mode="hybrid", limit=5)
+    memories_search(query="prime the indexes", namespace=namespace, collection=None, mode="hybrid", limit=5)
     vectors = get_vector_index()
     if isinstance(vectors, EmbeddedVectorIndex) and vectors.ann is not None:
         vectors.ann.wait()
@@ -65,8 +66,10 @@ def write_snapshots(home: Path) -> None:
         if thread is not None:
             thread.join()
         index.save_snapshot()
+    seconds = time.perf_counter() - started
     names = sorted(path.name for path in (home / "index-snapshots").iterdir())
-    print(f"store: snapshots written in {time.perf_counter() - started:.1f} s: {names}", flush=True)
+    print(f"store: snapshots written in {seconds:.1f} s: {names}", flush=True)
+    return seconds
 
 
 def stdio_pids(config: Path) -> list[int]:

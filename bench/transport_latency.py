@@ -72,13 +72,14 @@ import httpx  # noqa: E402
 import search_latency as lat  # noqa: E402 - store set-up, questions and machine facts are shared
 from load import CallFailed, http_transport, mcp_session_calls, mcp_transport, percentiles  # noqa: E402
 from machine import load_average  # noqa: E402
-from mcp_initialize import server_rss_mib, stdio_parameters, stdio_pids  # noqa: E402
+from mcp_initialize import server_rss_mib, stdio_parameters, stdio_pids, write_snapshots  # noqa: E402
 from workers_load import preload_store, rss_mib, start_server, stop_server  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results"
 IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_STDIO, HEALTH = "in-process", "/tool", "REST", "MCP HTTP", "MCP stdio", "/health"
 MCP_RAW = "MCP HTTP raw"  # the same /mcp session without the Python SDK client: the server's share of MCP HTTP
 TRANSPORTS = (IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_RAW, MCP_STDIO)
+SERVED = (TOOL, REST, MCP_HTTP, MCP_RAW)  # answered by the one HTTP server (stdio: processes of their own)
 MODES = ("fulltext", "semantic", "hybrid")
 VARIANTS = ("fresh", "cached")
 LIMIT = 10
@@ -405,7 +406,7 @@ async def measure(args: argparse.Namespace, size: int, url: str, server_pid: int
         for mode in args.modes:  # in-process warm-up: this process's indexes and model
             await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), warm_questions, 1)
         warm_s = await warm(clients, remote, args.modes, warm_questions)
-        servers = {transport: [server_pid] for transport in (TOOL, REST, MCP_HTTP, MCP_RAW)} | {MCP_STDIO: stdio_pids(config)}
+        servers = {transport: [server_pid] for transport in SERVED} | {MCP_STDIO: stdio_pids(config)}
         log(f"[{size}] warmed: " + ", ".join(f"{t} {s:.1f} s" for t, s in warm_s.items()))
 
         async def group(variant: str, mode: str, count: int, asked: dict[str, list[str]]) -> None:
@@ -484,7 +485,7 @@ def verdicts(size: int, cells: list[dict[str, Any]], extra: list[dict[str, Any]]
     for (variant, transport, mode, count), o in over.items():
         if count != single:
             continue
-        if transport in (TOOL, REST, MCP_HTTP, MCP_RAW):
+        if transport in SERVED:
             add(f"overhead <= {OVERHEAD_P50_MS:g} ms p50 and <= {OVERHEAD_P95_MS:g} ms p95", transport, variant, mode,
                 f"{o['p50']:+.2f} / {o['p95']:+.2f}", o["p50"] <= OVERHEAD_P50_MS and o["p95"] <= OVERHEAD_P95_MS)
         if transport == MCP_STDIO:
@@ -507,24 +508,6 @@ def verdicts(size: int, cells: list[dict[str, Any]], extra: list[dict[str, Any]]
     return rows
 
 
-def prepared_snapshots(namespace: str) -> float:
-    """Load both indexes here, wait for any HNSW graph they start (memories/ann.py) and save their
-    snapshots, so the server and every stdio process open them with their graphs. Otherwise, at
-    100k, the server and 8 stdio processes each built the same graphs in the background while
-    being measured (load average 8 on 2 cores). Seconds spent."""
-    from memories.vector_index import get_vector_index
-    from search import text_index
-
-    started = time.perf_counter()
-    lat.first_searches("warm up the indexes", namespace)
-    lat.graph_build_seconds()
-    for index in (get_vector_index(), text_index._index):  # noqa: SLF001 - this process's own text index
-        save = getattr(index, "save_snapshot", None)
-        if save is not None:
-            save()
-    return time.perf_counter() - started
-
-
 def run_size(args: argparse.Namespace, home: Path, size: int, first: bool) -> dict[str, Any]:
     from django.db import connections
 
@@ -539,7 +522,7 @@ def run_size(args: argparse.Namespace, home: Path, size: int, first: bool) -> di
     started = time.perf_counter()
     _, _, namespaces = preload_store(home, size_args)
     load_s = time.perf_counter() - started
-    graphs_s = prepared_snapshots(namespaces[0])
+    graphs_s = write_snapshots(home, namespaces[0])  # no process builds graphs while measured
     connections.close_all()
     log(f"[{size}] {size} memories loaded in {load_s:.0f} s, graphs and snapshots in {graphs_s:.0f} s; "
         f"drawing {needed(args)} distinct questions")
