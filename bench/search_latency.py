@@ -104,6 +104,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="share of the bulk-loaded memories that are messages of threads; default 1/3 (0: none)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON")
     parser.add_argument(
+        "--keep-store", type=Path, default=None, metavar="DIR",
+        help="build the store in DIR (a new directory) and keep it afterwards, with its index snapshots, to "
+        "profile or rerun bench/cold_start.py against it (BHGBRAIN_CONFIG=DIR/config.json); one size, SQLite only",
+    )
+    parser.add_argument(
         "--database-url", default=None, metavar="URL",
         help="use this database instead of SQLite; with postgres:// the script creates a "
         "bhgbrain_lat_<pid> database on that server and drops it at the end",
@@ -111,6 +116,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.namespaces < 1 or args.sentences < 100 or args.queries < 2:
         parser.error("--namespaces must be >= 1, --sentences >= 100, --queries >= 2")
+    if args.keep_store is not None and (len(args.sizes) != 1 or args.database_url or args.keep_store.exists()):
+        parser.error("--keep-store takes a new directory, one size and no --database-url")
     return args
 
 
@@ -1161,13 +1168,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    home = Path(tempfile.mkdtemp(prefix="bhgbrain-lat-"))
+    if args.keep_store is not None:
+        args.keep_store.mkdir(parents=True)
+    home = args.keep_store or Path(tempfile.mkdtemp(prefix="bhgbrain-lat-"))
     try:
         with database_url(args.database_url) as db_url:
             setup_django(home, db_url)
             results = run(args)
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        if args.keep_store is None:
+            shutil.rmtree(home, ignore_errors=True)
     print_report(results)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -79,6 +79,7 @@ class Capture:
     paths: dict[str, Path] = field(default_factory=dict)
     # Told the snapshot's final directory once it is in place (files written there may be linked).
     written: Callable[[Path], None] | None = None
+    folder: Path | None = None  # opened: the directory of its files (``<stem>.npy`` for each array)
 
 
 def enabled() -> bool:
@@ -291,7 +292,7 @@ def _open(root: Path, name: str, expect: dict[str, Any], required: tuple[str, ..
     _check_position(FeedPosition(int(position.get("change_id", -1)), position.get("memory_id")),
                     float(manifest.get("captured_at", 0.0)), str(manifest.get("store_birth")))
     return Capture(arrays, texts, manifest["meta"], FeedPosition(int(position["change_id"]), position.get("memory_id")),
-                   paths=paths)
+                   paths=paths, folder=folder)
 
 
 def _check_position(position: FeedPosition, captured_at: float, birth: str) -> None:

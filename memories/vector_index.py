@@ -38,6 +38,7 @@ from memories import ann, snapshots
 from memories.eligible import Eligible, EligibleRows
 from memories.embeddings import from_bytes, get_embedder
 from memories.feed import FeedReader, discarded_on_failure
+from memories.file_rows import FileRows
 from memories.models import Memory
 from memories.vectors import StoredPoint, VectorHit, VectorIndex, live_until
 
@@ -108,6 +109,7 @@ class EmbeddedVectorIndex:
         self._threaded = np.zeros(0, dtype=np.bool_)
         self._live = np.zeros(0, dtype=np.float64)
         self._sketch = np.zeros((0, self._sketch_dims), dtype=np.float32)
+        self._files: dict[str, FileRows] = {}  # "matrix"/"sketch" -> its rows read from the snapshot file
         self._codes: dict[str, int] = {}
         self._top = 0
         self._version += 1
@@ -140,8 +142,36 @@ class EmbeddedVectorIndex:
         return self._free_rows
 
     def _vectors_of(self, rows: np.ndarray) -> np.ndarray:
-        """A copy of these rows' vectors (the graph builder reads them a chunk at a time)."""
-        return self._matrix[rows]
+        """A copy of these rows' vectors (the graph builder reads them a chunk at a time, and every
+        exact re-score): read from the snapshot file when the matrix is mapped from one, so the
+        pages a search touches do not stay in this process (memories/file_rows.py)."""
+        reader = self._file("matrix", self._matrix)
+        return self._matrix[rows] if reader is None else reader.take(rows)
+
+    def _block(self, key: str, array: np.ndarray, start: int, stop: int) -> np.ndarray:
+        """``array[start:stop]`` (``key``: "matrix" or "sketch"), copied the same way."""
+        reader = self._file(key, array)
+        return np.array(array[start:stop]) if reader is None else reader.block(start, stop)
+
+    def _file(self, key: str, array: np.ndarray) -> FileRows | None:
+        """The file reader of ``array`` while it is still the mapped array of that name."""
+        reader = self._files.get(key)
+        return reader if reader is not None and reader.array is array else None
+
+    def _map_files(self, folder: Path, arrays: dict[str, np.ndarray]) -> None:
+        """Read these arrays' rows, just mapped from ``<folder>/<key>.npy``, from their files from now on."""
+        for key, array in arrays.items():
+            reader = FileRows.of(array, folder / f"{key}.npy")
+            if reader is None:
+                self._files.pop(key, None)
+            else:
+                self._files[key] = reader
+
+    def _wrote(self, key: str, array: np.ndarray, rows: int | np.ndarray) -> None:
+        """Rows of a mapped array were written through the mapping: only it holds them now."""
+        reader = self._file(key, array)
+        if reader is not None:
+            reader.mark(rows)
 
     def _code(self, key: str) -> int:
         return self._codes.setdefault(key, len(self._codes))
@@ -163,7 +193,7 @@ class EmbeddedVectorIndex:
              threaded: bool = False) -> None:
         self._version += 1
         row = self._rows.get(memory_id)
-        moved = row is None or not np.array_equal(self._matrix[row], vector)
+        moved = row is None or not np.array_equal(self._vectors_of(np.array([row]))[0], vector)
         if row is None:
             self._live_rows += 1
             if not self._free:
@@ -173,12 +203,14 @@ class EmbeddedVectorIndex:
             self._rows[memory_id] = row
             self._ids[row] = memory_id
         self._matrix[row] = vector
+        self._wrote("matrix", self._matrix, row)
         if self._dirty is not None:
             self._dirty.add(row)
         if self._since_capture is not None:
             self._since_capture.add(row)
         if self._projection is not None:
             self._sketch[row] = self._projection.apply(vector)
+            self._wrote("sketch", self._sketch, row)
         self._ns[row] = self._code("n:" + namespace)
         self._coll[row] = self._code("c:" + collection)
         self._threaded[row] = threaded
@@ -316,6 +348,8 @@ class EmbeddedVectorIndex:
         if {"sketch", "mean", "basis"} <= arrays.keys() and len(arrays["sketch"]) == len(ids):
             self._projection = Projection(arrays["mean"], arrays["basis"], int(snapshot.meta.get("fitted_rows", 0)))
             self._sketch = arrays["sketch"]
+        if snapshot.folder is not None:
+            self._map_files(snapshot.folder, {"matrix": self._matrix, "sketch": self._sketch})
         self._feed.resume(snapshot.position.change_id, snapshot.position.memory_id)
         self._loaded, self.loaded_from = True, "snapshot"
         self._keeper.opened(0)
@@ -354,7 +388,8 @@ class EmbeddedVectorIndex:
                     if not self._holds(big):
                         return None
                     for key, array in big.items():
-                        copies[key][start:start + self._CAPTURE_ROWS] = array[start:start + self._CAPTURE_ROWS]
+                        copies[key][start:start + self._CAPTURE_ROWS] = self._block(key, array, start,
+                                                                                    start + self._CAPTURE_ROWS)
             with self._lock:
                 if not self._holds(big) or not self._capturable():
                     return None
@@ -419,6 +454,9 @@ class EmbeddedVectorIndex:
             self._matrix = mapped["matrix"]
             if "sketch" in mapped:
                 self._sketch = mapped["sketch"]
+            self._map_files(folder, mapped)
+            for key, array in mapped.items():
+                self._wrote(key, array, rows)
             self._since_capture = None
 
     def save_snapshot(self) -> bool:
@@ -464,14 +502,14 @@ class EmbeddedVectorIndex:
                 candidates = shortlist
                 if candidates.size == 0:
                     return []
-                scores = self._matrix[candidates] @ query
+                scores = self._vectors_of(candidates) @ query
             elif not exact and candidates.size >= SKETCH_MIN_ROWS and self._fit_projection():
                 candidates = self._shortlist(query, candidates, rows, limit)
-                scores = self._matrix[candidates] @ query
+                scores = self._vectors_of(candidates) @ query
             elif candidates.size * 4 >= rows:  # most rows qualify: one product over the contiguous block, no copy
                 scores = (self._matrix[:rows] @ query)[candidates]
             else:  # a small namespace in a large store: gather only its rows
-                scores = self._matrix[candidates] @ query
+                scores = self._vectors_of(candidates) @ query
             top = min(limit, scores.size)
             best = np.argpartition(-scores, top - 1)[:top]
             best = best[np.argsort(-scores[best], kind="stable")]
@@ -517,11 +555,11 @@ class EmbeddedVectorIndex:
         if used.size < SKETCH_MIN_ROWS:
             return self._projection is not None
         sample = np.random.default_rng(0).choice(used, size=min(SKETCH_SAMPLE, used.size), replace=False)
-        projection = fit_projection(self._matrix[np.sort(sample)], self._sketch_dims, fitted_rows=live)
+        projection = fit_projection(self._vectors_of(np.sort(sample)), self._sketch_dims, fitted_rows=live)
         sketch = np.zeros((len(self._ids), self._sketch_dims), dtype=np.float32)
         for start in range(0, self._top, 16_384):  # in chunks: no full-size temporary
             stop = min(start + 16_384, self._top)
-            sketch[start:stop] = projection.apply(self._matrix[start:stop])
+            sketch[start:stop] = projection.apply(self._block("matrix", self._matrix, start, stop))
         self._projection, self._sketch = projection, sketch
         return True
 

@@ -20,6 +20,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from memories import ann, changes, snapshot_digests, snapshots, vector_index
+from memories.curation import memory_edit
+from memories.embeddings import from_bytes
 from memories.feed import feed_prune
 from memories.models import Memory, VectorChange
 from memories.services import memory_forget
@@ -240,6 +242,26 @@ def test_the_feed_after_the_snapshot_is_replayed(hash_embedder, snapshot_dir) ->
     assert set(_fulltext(text, "volcanic", namespace="alice")) == {ids["other"]}
     assert _fulltext(text, "volcanic", namespace="alice", days=2) == []  # its new expiry came with the tail
     assert vectors.loaded_from == text.loaded_from == "snapshot"
+
+
+def test_a_vector_changed_after_the_snapshot_is_scored_with_its_new_value(hash_embedder, snapshot_dir,  # noqa: ANN001
+                                                                        monkeypatch) -> None:  # noqa: ANN001
+    """Re-scored rows are read from the snapshot's file (memories/file_rows.py), except those the
+    feed tail wrote into this process's copy-on-write mapping: those only the mapping holds."""
+    ids = _saved_pair(hash_embedder)
+    text = "A lighthouse keeper paints the railing green"
+    memory_edit(memory_id=ids["other"], changes={"content": text}, actor="test", namespace="alice")
+    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 1)  # every search takes the re-scoring path (no graph: small partitions)
+    vectors = _vector_index(hash_embedder)
+    query = hash_embedder.embed_query(text)
+    hits = {hit.memory_id: hit.cosine for hit in
+            vectors.search(query, namespace="alice", collection=None, limit=10, now=timezone.now())}
+    assert vectors.loaded_from == "snapshot"
+    assert vectors._files.get("matrix") is not None  # noqa: SLF001 - the rows were read from the file
+    stored = from_bytes(Memory.objects.get(id=ids["other"]).embedding)
+    assert hits[ids["other"]] == pytest.approx(float(stored @ query), abs=1e-5)
+    assert hits[ids["kept"]] == pytest.approx(float(from_bytes(Memory.objects.get(id=ids["kept"]).embedding) @ query),
+                                              abs=1e-5)
 
 
 
