@@ -4,7 +4,8 @@ A new process (an MCP stdio session is one per client) sets up Django against th
 the environment (``BHGBRAIN_CONFIG``, ``DATABASE_URL``, ``DJANGO_SETTINGS_MODULE``), loads the
 embedding model (timed apart: it costs the same with or without an index snapshot), then times
 its first full-text, semantic and hybrid search, in that order (the first to need an index opens
-it: from its snapshot, or from the database with ``--no-snapshots``). Prints one JSON object::
+it: from its snapshot, or from the database with ``--no-snapshots``), each with the time of its
+steps (query embedding, vector search, FTS query, row loading). Prints one JSON object::
 
     .venv/bin/python bench/cold_start.py --namespace NS --question "..." [--no-snapshots]
 """
@@ -49,14 +50,21 @@ def cold_start(namespace: str, question: str, snapshots: bool) -> dict[str, obje
     assert embedder is not None, "the cold-start bench needs the embedding model"
     embedder.embed_query("warm up the model")
     model_ms = (time.perf_counter() - t0) * 1e3
+    from search_latency import recording_steps, search_steps
+
     first: dict[str, float] = {}
-    for mode in MODES:
-        t0 = time.perf_counter()
-        memories_search(query=question, namespace=namespace, collection=None, mode=mode, limit=LIMIT)
-        first[mode] = (time.perf_counter() - t0) * 1e3
+    steps: dict[str, dict[str, float]] = {}  # mode -> step -> ms: where each first search's time went
+    with recording_steps(search_steps()) as calls:
+        for mode in MODES:
+            t0 = time.perf_counter()
+            memories_search(query=question, namespace=namespace, collection=None, mode=mode, limit=LIMIT)
+            first[mode] = (time.perf_counter() - t0) * 1e3
+            steps[mode] = {label: round(sum(times), 2) for label, times in calls.items() if times}
+            for times in calls.values():
+                times.clear()
     vectors, text = get_vector_index(), text_index._index  # noqa: SLF001 - which path each index took
     return {
-        "first_search_ms": first, "setup_ms": setup_ms, "model_load_ms": model_ms,
+        "first_search_ms": first, "first_search_steps_ms": steps, "setup_ms": setup_ms, "model_load_ms": model_ms,
         "rss_mib": proc_status_mib("VmRSS"), "rss_anon_mib": proc_status_mib("RssAnon"),
         "rss_files_mib": mapped_file_rss_mib(),  # which snapshot files the first searches touched
         "loaded_from": {"vector": getattr(vectors, "loaded_from", None), "text": getattr(text, "loaded_from", None)},
