@@ -7,7 +7,10 @@ its first full-text, semantic and hybrid search, in that order (the first to nee
 it: from its snapshot, or from the database with ``--no-snapshots``), each with the time of its
 steps (query embedding, vector search, FTS query, row loading). Prints one JSON object::
 
-    .venv/bin/python bench/cold_start.py --namespace NS --question "..." [--no-snapshots]
+    .venv/bin/python bench/cold_start.py --namespace NS --question "..." [--no-snapshots] [--serve N]
+
+With ``--serve N`` it then goes on like a serving process (N more searches after the full-text
+statistics primer has finished) and reports the RSS again: where the resident memory settles.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ MODES = ("fulltext", "semantic", "hybrid")
 LIMIT = 10
 
 
-def cold_start(namespace: str, question: str, snapshots: bool) -> dict[str, object]:
+def cold_start(namespace: str, question: str, snapshots: bool, serve: int = 0) -> dict[str, object]:
     started = time.perf_counter()
     import django
 
@@ -63,12 +66,33 @@ def cold_start(namespace: str, question: str, snapshots: bool) -> dict[str, obje
             for times in calls.values():
                 times.clear()
     vectors, text = get_vector_index(), text_index._index  # noqa: SLF001 - which path each index took
+    served = _serve(namespace, serve) if serve else None
     return {
         "first_search_ms": first, "first_search_steps_ms": steps, "setup_ms": setup_ms, "model_load_ms": model_ms,
         "rss_mib": proc_status_mib("VmRSS"), "rss_anon_mib": proc_status_mib("RssAnon"),
         "rss_files_mib": mapped_file_rss_mib(),  # which snapshot files the first searches touched
         "loaded_from": {"vector": getattr(vectors, "loaded_from", None), "text": getattr(text, "loaded_from", None)},
+        "after_serving": served,
     }
+
+
+def _serve(namespace: str, count: int) -> dict[str, object]:
+    """Go on as a serving process: wait for the full-text statistics primer, then ``count`` more
+    searches (new questions, the three modes in turn); the RSS then, as it settles."""
+    import random
+
+    from search_latency import make_questions
+
+    from search import text_index
+    from search.selectors import memories_search
+
+    primer = getattr(text_index._index, "primer", None)  # noqa: SLF001
+    if primer is not None:
+        primer.join()
+    for i, question in enumerate(make_questions(count, random.Random(7))):
+        memories_search(query=question, namespace=namespace, collection=None, mode=MODES[i % 3], limit=LIMIT)
+    return {"searches": count, "rss_mib": proc_status_mib("VmRSS"), "rss_anon_mib": proc_status_mib("RssAnon"),
+            "rss_files_mib": mapped_file_rss_mib()}
 
 
 def main() -> int:
@@ -76,8 +100,11 @@ def main() -> int:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--question", required=True)
     parser.add_argument("--no-snapshots", action="store_true", help="ignore the index snapshots (a rebuild from the DB)")
+    parser.add_argument("--serve", type=int, default=0, metavar="N",
+                        help="then go on serving: wait for the text statistics primer, run N more searches, "
+                        "and report the RSS again (after_serving)")
     args = parser.parse_args()
-    print(json.dumps(cold_start(args.namespace, args.question, not args.no_snapshots)))
+    print(json.dumps(cold_start(args.namespace, args.question, not args.no_snapshots, args.serve)))
     return 0
 
 
