@@ -51,6 +51,7 @@ IMPACT_AVGDL_HEADROOM = 1.05
 PRIME_MIN_POSTINGS = IMPACT_MIN_POSTINGS
 PRIME_MIN_SHARE = 0.05
 PRIME_NAMESPACES = 8
+_TAIL = "\x00+"  # the statistics key of a term's postings added in RAM beside its snapshot list (no term holds NUL)
 _SELECT = {
     # SQLite: the analyzed text FTS5 stores; PostgreSQL: the token arrays of memory_search
     # (tags already repeated there, so their column is empty).
@@ -177,27 +178,41 @@ class TextIndex:
         docs[1] -= self._dl[row]
 
     def _own_posting(self, term: str) -> tuple[array, array]:
-        """The term's posting list in RAM, copied from the snapshot the first time a row adds to it."""
+        """The term's postings in RAM, where rows are appended: the whole list, or, for a term the
+        snapshot has a list of, only the postings added since it was opened (that list is never
+        copied: a feed tail touching the common terms copied most of them, seconds and hundreds
+        of MB at a million rows)."""
         posting = self._postings.get(term)
         if posting is None:
-            posting = (array("i"), array("f"))
-            index = self._snap_terms.get(term)
-            if index is not None:
-                start, stop = int(self._snap_offsets[index]), int(self._snap_offsets[index + 1])
-                posting[0].frombytes(_raw(self._snap_rows[start:stop]))
-                posting[1].frombytes(_raw(self._snap_tfs[start:stop]))
-            self._postings[term] = posting
+            posting = self._postings[term] = (array("i"), array("f"))
         return posting
 
-    def _posting(self, term: str) -> tuple[array | np.ndarray, array | np.ndarray] | None:
-        posting = self._postings.get(term)
-        if posting is not None:
-            return posting
+    def _parts(self, term: str) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """The term's posting lists as (statistics key, rows, tfs) views: the snapshot's list and
+        the RAM one. A row is in one of them only (rows are appended, never re-numbered), so they
+        are scored as two lists of the same term; the RAM list of a term the snapshot also has
+        keeps its statistics under its own key. Index lock held; views end with the caller's hold
+        (an in-RAM list cannot grow while a view of it lives)."""
+        parts: list[tuple[str, np.ndarray, np.ndarray]] = []
         index = self._snap_terms.get(term)
-        if index is None:
+        if index is not None:
+            start, stop = int(self._snap_offsets[index]), int(self._snap_offsets[index + 1])
+            parts.append((term, self._snap_rows[start:stop], self._snap_tfs[start:stop]))
+        posting = self._postings.get(term)
+        if posting is not None and len(posting[0]):
+            parts.append((term + _TAIL if parts else term, np.frombuffer(posting[0], dtype=np.int32),
+                          np.frombuffer(posting[1], dtype=np.float32)))
+        return parts
+
+    def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The term's whole posting list, its parts joined (a copy when it has two): for the
+        brute-force references of tests and benchmarks, not for searches. Index lock held."""
+        parts = self._parts(term)
+        if not parts:
             return None
-        start, stop = int(self._snap_offsets[index]), int(self._snap_offsets[index + 1])
-        return self._snap_rows[start:stop], self._snap_tfs[start:stop]
+        if len(parts) == 1:
+            return parts[0][1], parts[0][2]
+        return np.concatenate([rows for _, rows, _ in parts]), np.concatenate([tfs for _, _, tfs in parts])
 
     def _drop(self, memory_id: str) -> None:
         row = self._row_of.pop(memory_id, None)
@@ -275,16 +290,14 @@ class TextIndex:
         n_docs, avgdl = int(docs[0]), _avgdl(docs)
         lists: list[TermList] = []
         for term in terms:
-            arrays = self._arrays(term)
-            if arrays is None:
-                continue
-            rows, tfs = arrays
-            df = self._doc_frequency(ns_code, term, rows)
+            parts = self._parts(term)
+            df = sum(self._doc_frequency(ns_code, key, rows) for key, rows, _ in parts)
             if df == 0:
                 continue
-            max_tf, min_dl = self._list_stats(term, rows, tfs)
-            impact = self._list_impact(term, rows, tfs, avgdl)
-            lists.append(TermList(rows, tfs, math.log(1 + (n_docs - df + 0.5) / (df + 0.5)), max_tf, min_dl, impact))
+            idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+            for key, rows, tfs in parts:
+                max_tf, min_dl = self._list_stats(key, rows, tfs)
+                lists.append(TermList(rows, tfs, idf, max_tf, min_dl, self._list_impact(key, rows, tfs, avgdl)))
         if not lists:
             return []
         bm25 = Bm25(self.k1, self.b, avgdl)
@@ -292,14 +305,6 @@ class TextIndex:
         dl = np.frombuffer(self._dl, dtype=np.float32)
         best, scores = top_k(lists, bm25, dl, self._eligible_rows(ns_code, coll_code, now.timestamp()), limit)
         return [(self._ids[i], float(score)) for i, score in zip(best.tolist(), scores.tolist(), strict=True)]
-
-    def _arrays(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
-        """The term's posting rows (int32) and tfs (float32) as views, or None. Index lock held;
-        an in-RAM list cannot grow while a view of it lives, so views end with the caller's hold."""
-        posting = self._posting(term)
-        if posting is None:
-            return None
-        return np.frombuffer(posting[0], dtype=np.int32), np.frombuffer(posting[1], dtype=np.float32)
 
     def _doc_frequency(self, ns_code: int, term: str, rows: np.ndarray) -> int:
         """Live rows of the namespace holding the term: counted once, then brought up to date
@@ -428,8 +433,7 @@ class TextIndex:
         sizes = {term: len(posting[0]) for term, posting in self._postings.items()}
         offsets = self._snap_offsets
         for term, index in self._snap_terms.items():
-            if term not in sizes:
-                sizes[term] = int(offsets[index + 1] - offsets[index])
+            sizes[term] = sizes.get(term, 0) + int(offsets[index + 1] - offsets[index])
         return sorted((t for t, n in sizes.items() if n >= PRIME_MIN_POSTINGS), key=lambda t: -sizes[t])
 
     def _large_namespaces(self) -> list[tuple[int, float]]:
@@ -441,15 +445,12 @@ class TextIndex:
 
     def _prime_term(self, term: str, namespaces: list[tuple[int, float]]) -> None:
         """One term's statistics (its views of the posting arrays end with this call). Index lock held."""
-        arrays = self._arrays(term)
-        if arrays is None:
-            return
-        rows, tfs = arrays
-        self._list_stats(term, rows, tfs)
-        if namespaces:
-            self._list_impact(term, rows, tfs, max(avgdl for _, avgdl in namespaces))
-        for code, _ in namespaces:
-            self._doc_frequency(code, term, rows)
+        for key, rows, tfs in self._parts(term):
+            self._list_stats(key, rows, tfs)
+            if namespaces:
+                self._list_impact(key, rows, tfs, max(avgdl for _, avgdl in namespaces))
+            for code, _ in namespaces:
+                self._doc_frequency(code, key, rows)
 
     def _count_namespaces(self) -> None:
         """Each namespace's live rows and their total length, from the per-row arrays."""
@@ -489,22 +490,31 @@ class TextIndex:
 def _merged_postings(own: dict[str, tuple[array, array]], mapped_terms: dict[str, int], mapped_rows: np.ndarray,
                      mapped_tfs: np.ndarray, mapped_offsets: np.ndarray,
                      ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """Every term's posting list, one after another: the RAM copies win over the mapped ones."""
+    """Every term's posting list, one after another: a mapped list followed by the postings added
+    to it in RAM since (rows only grow, so the list stays sorted), then the terms only in RAM."""
     terms: list[str] = []
     rows: list[np.ndarray] = []
     tfs: list[np.ndarray] = []
+    sizes: list[int] = []
     for term, index in mapped_terms.items():
-        if term not in own:
-            start, stop = int(mapped_offsets[index]), int(mapped_offsets[index + 1])
-            terms.append(term)
-            rows.append(mapped_rows[start:stop])
-            tfs.append(mapped_tfs[start:stop])
+        start, stop = int(mapped_offsets[index]), int(mapped_offsets[index + 1])
+        terms.append(term)
+        rows.append(mapped_rows[start:stop])
+        tfs.append(mapped_tfs[start:stop])
+        sizes.append(stop - start)
+        if term in own:
+            rows.append(np.frombuffer(own[term][0], dtype=np.int32))
+            tfs.append(np.frombuffer(own[term][1], dtype=np.float32))
+            sizes[-1] += len(rows[-1])
     for term, (term_rows, term_tfs) in own.items():
+        if term in mapped_terms:
+            continue
         terms.append(term)
         rows.append(np.frombuffer(term_rows, dtype=np.int32))
         tfs.append(np.frombuffer(term_tfs, dtype=np.float32))
+        sizes.append(len(rows[-1]))
     offsets = np.zeros(len(terms) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([len(part) for part in rows], dtype=np.int64)
+    offsets[1:] = np.cumsum(sizes, dtype=np.int64)
     if not rows:
         return terms, np.zeros(0, np.int32), np.zeros(0, np.float32), offsets
     merged = terms, np.concatenate(rows), np.concatenate(tfs), offsets

@@ -695,3 +695,33 @@ def test_an_opened_snapshot_builds_its_id_maps_only_when_a_write_needs_them(hash
     assert _fulltext(text, "retires spring", namespace="alice") == [str(later.id)]
     assert vectors._row_map is not None and text._row_map is not None  # noqa: SLF001
     assert vectors.size() == 4 and set(vectors._rows) == {ids["kept"], ids["expiring"], ids["bob"], str(later.id)}  # noqa: SLF001
+
+
+def test_postings_added_after_a_snapshot_are_kept_apart_and_score_like_a_full_load(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    """A feed tail adding to a term the snapshot has a list of keeps those postings in RAM beside
+    the mapped list, never copying it (a tail over the common terms of a million rows copied
+    most of the lists: seconds and hundreds of MB), and scores exactly as a load from the
+    database; the next snapshot holds both parts as one list."""
+    ids = _saved_pair(hash_embedder)
+    added = [str(remember(f"The lighthouse keeper logs storm number {i}", namespace="alice").id) for i in range(3)]
+    memory_forget(memory_id=ids["kept"], namespace="alice", actor="test")
+    opened = _text_index()
+    got = {q: _fulltext(opened, q, namespace="alice") for q in ("lighthouse keeper", "storm", "lighthouse railing")}
+    assert opened.loaded_from == "snapshot"
+    term = analyze_query("lighthouse")[0]
+    assert term in opened._snap_terms and len(opened._postings[term][0]) == 3  # noqa: SLF001 - only the tail
+    with CaptureQueriesContext(connection):
+        loaded = _text_index()
+        loaded._lock.acquire()  # noqa: SLF001
+        try:
+            loaded._load()  # noqa: SLF001 - the same rows, read from the database
+        finally:
+            loaded._lock.release()  # noqa: SLF001
+    for query, hits in got.items():
+        assert hits == _fulltext(loaded, query, namespace="alice"), query
+    assert set(got["lighthouse keeper"]) >= set(added) and ids["kept"] not in got["lighthouse keeper"]
+    _saved(opened)  # the mapped list and its tail, written as one
+    reopened = _text_index()
+    for query, hits in got.items():
+        assert _fulltext(reopened, query, namespace="alice") == hits, query
+    assert reopened.loaded_from == "snapshot" and term not in reopened._postings  # noqa: SLF001
