@@ -28,7 +28,7 @@ from memories.models import Memory
 from memories.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B, field_tokens
 from memories.text import analyze_query
 from memories.threads import contexts
-from search.text_index import get_text_index
+from search.text_index import fts_rowid, get_text_index
 
 # TAG_WEIGHT, CONTEXT_WEIGHT, K1 and B live in memories.sparse: Qdrant's sparse vectors use them too.
 TEXT_FIELDS = frozenset({"content", "tags", "archived", "context", "occurred_at"})  # what the stored rows are made of
@@ -38,12 +38,6 @@ TEXT_FIELDS = frozenset({"content", "tags", "archived", "context", "occurred_at"
 class TextHit:
     memory_id: str
     score: float  # BM25, higher is better
-
-
-def fts_rowid(memory_id: uuid.UUID | str) -> int:
-    """A stable signed 64-bit rowid derived from the uuid (O(log n) updates and deletes)."""
-    raw = memory_id.bytes if isinstance(memory_id, uuid.UUID) else uuid.UUID(str(memory_id)).bytes
-    return int.from_bytes(raw[:8], "big", signed=True)
 
 
 def _fields(memory: Any, context: str) -> tuple[str, str, str]:

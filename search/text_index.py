@@ -58,7 +58,7 @@ _SELECT = {
     "sqlite": (
         "SELECT f.memory_id, f.content, f.tags, f.context, m.namespace, m.collection, m.decay_eligible, m.expires_at "
         "FROM memories_fts f JOIN memories m ON m.id = f.memory_id WHERE m.archived = %s",
-        "f.memory_id",
+        "f.rowid",  # the FTS table's memory_id has no index: a feed tail's rows found by it scanned every row
     ),
     "postgresql": (
         "SELECT s.memory_id, array_to_string(s.tokens, ' '), '', array_to_string(s.context_tokens, ' '), "
@@ -67,6 +67,13 @@ _SELECT = {
         "s.memory_id",
     ),
 }
+
+
+def fts_rowid(memory_id: uuid.UUID | str) -> int:
+    """A memory's rowid in the SQLite FTS table: a stable signed 64-bit number derived from its
+    uuid (O(log n) lookups, updates and deletes)."""
+    raw = memory_id.bytes if isinstance(memory_id, uuid.UUID) else uuid.UUID(str(memory_id)).bytes
+    return int.from_bytes(raw[:8], "big", signed=True)
 
 
 def _avgdl(docs: list[float]) -> float:
@@ -257,7 +264,7 @@ class TextIndex:
         ids = {memory_id for _, memory_id, _ in changes}
         placeholders = ", ".join(["%s"] * len(ids))
         sql, id_column = _SELECT[connection.vendor]
-        keys = [m.hex for m in ids] if connection.vendor == "sqlite" else [str(m) for m in ids]
+        keys = [fts_rowid(m) for m in ids] if connection.vendor == "sqlite" else [str(m) for m in ids]
         try:
             with connection.cursor() as cursor:
                 cursor.execute(sql + f" AND {id_column} IN ({placeholders})", [False, *keys])
