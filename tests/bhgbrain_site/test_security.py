@@ -186,7 +186,9 @@ def test_tokens_never_reach_the_logs(actors) -> None:  # noqa: ANN001
 
 def test_failed_authentication_is_logged_with_a_shortened_token(actors) -> None:  # noqa: ANN001
     live, tokens = actors
-    wrong, short, scoped = "wrong-token-for-the-log-0123456789", "abc123", tokens["alice"][:-1] + "x"
+    # "xyz789": its first letters are no hex digits, so they cannot turn up inside a logged MCP
+    # session id by chance (with "abc123", one run in a few dozen failed on a session id "…abc…").
+    wrong, short, scoped = "wrong-token-for-the-log-0123456789", "xyz789", tokens["alice"][:-1] + "x"
     assert live.post("search", {"query": "x"}, headers=_as(wrong)).status_code == 401
     assert httpx.post(live.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
                       headers=_as(short)).status_code == 401
@@ -195,7 +197,7 @@ def test_failed_authentication_is_logged_with_a_shortened_token(actors) -> None:
     assert live.post("search", {"query": "x"}).status_code == 401
     logs = live.stderr() + (live.home / "logs" / "bhgbrain.log").read_text()
     assert "authentication failed: invalid token wrong-to… from 127.0.0.1 for /tool/search" in logs
-    assert "authentication failed: invalid token ab… from 127.0.0.1 for /mcp" in logs  # a third of a short one
+    assert "authentication failed: invalid token xy… from 127.0.0.1 for /mcp" in logs  # a third of a short one
     assert f"authentication failed: invalid token {scoped[:8]}…" in logs
     assert "authentication failed: no token from 127.0.0.1 for /tool/search" in logs
     assert "authentication failed: no token (an Authorization header of another scheme than 'bearer') from" in logs
