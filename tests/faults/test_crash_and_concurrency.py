@@ -191,9 +191,12 @@ def test_kill_9_mid_ingest_loses_no_acknowledged_write(tmp_path: Path, store_bac
         assert all(synced and has_vector for _c, _t, synced, has_vector in rows.values())
         assert _found_by_full_text(live, ledger) == []
         word, content = next(iter(ledger.acked.values()))  # the vector index serves them too
-        body = {"query": content, "namespace": ledger.namespace, "mode": "semantic", "limit": 1}
+        # Among the best 5, not first: the notes differ in one random word, and a query embeds
+        # differently from a passage, so a sibling note can score a hair higher (seen once in a
+        # PostgreSQL run).
+        body = {"query": content, "namespace": ledger.namespace, "mode": "semantic", "limit": 5}
         hits = httpx.post(f"{live.url}/tool/search", json=body, timeout=60).json()["results"]
-        assert [hit["content"] for hit in hits] == [normalize_content(content)], word
+        assert normalize_content(content) in [hit["content"] for hit in hits], word
         again = _ingest(live.url, Ledger("after"), clients=2, threads=0, until=lambda ledger: len(ledger.acked) >= 4)
         again()  # and it takes writes again
     finally:
