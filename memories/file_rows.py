@@ -5,7 +5,7 @@ processes share the pages and a write copies only its own page. But every page a
 through the mapping stays mapped, and counts in the process's resident memory: the exact
 re-score of a few hundred random rows a search touches a few hundred pages (each fault maps its
 neighbours too), so a serving process ends up with the whole 1.5 GB matrix of a million rows
-resident. ``FileRows`` reads those rows with ``preadv`` from the file instead (the page cache
+resident. ``FileRows`` reads those rows with ``preadv`` (or ``pread``) from the file instead (the page cache
 still serves them, and still shares them between processes, but nothing is mapped), except the
 rows this process wrote into its copy-on-write mapping since it opened it, which only the
 mapping holds. A bulk copy (a snapshot capture) reads contiguous blocks the same way.
@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npy_format
 
-CAN_PREAD = hasattr(os, "preadv")
 # Above this many rows a gather reads through the mapping: one system call per row costs ~1-3 µs,
 # the mapping ~0.5 µs, and a gather this large (a small namespace's every row in a large store)
 # is a scan anyway, whose pages a later scan would map again.
@@ -47,8 +46,6 @@ class FileRows:
     @classmethod
     def of(cls, array: np.ndarray, path: Path) -> FileRows | None:
         """A reader for ``array`` mapped from ``path``, or None when it cannot be read this way."""
-        if not CAN_PREAD:
-            return None
         try:
             return cls(array, path)
         except (OSError, ValueError):
@@ -89,10 +86,20 @@ class FileRows:
     def _read(self, into: memoryview, offset: int) -> None:
         done = 0
         while done < len(into):
-            got = os.preadv(self._fd, [into[done:]], offset + done)
+            got = _pread_into(self._fd, into[done:], offset + done)
             if got <= 0:
                 raise OSError(f"{self.path}: short read at byte {offset + done}")
             done += got
+
+
+def _pread_into(fd: int, into: memoryview, offset: int) -> int:
+    """Read into ``into`` from ``offset`` without moving the file position: ``preadv`` straight
+    into the buffer where the platform has it, else ``pread`` and a copy."""
+    if hasattr(os, "preadv"):
+        return os.preadv(fd, [into], offset)
+    data = os.pread(fd, len(into), offset)
+    into[:len(data)] = data
+    return len(data)
 
 
 def _data_offset(fd: int, array: np.ndarray) -> int:

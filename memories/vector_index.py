@@ -149,9 +149,10 @@ class EmbeddedVectorIndex:
         return self._matrix[rows] if reader is None else reader.take(rows)
 
     def _block(self, key: str, array: np.ndarray, start: int, stop: int) -> np.ndarray:
-        """``array[start:stop]`` (``key``: "matrix" or "sketch"), copied the same way."""
+        """``array[start:stop]`` (``key``: "matrix" or "sketch"): read from the snapshot file like
+        ``_vectors_of``, or a view when the array is not mapped from one (the callers copy it)."""
         reader = self._file(key, array)
-        return np.array(array[start:stop]) if reader is None else reader.block(start, stop)
+        return array[start:stop] if reader is None else reader.block(start, stop)
 
     def _file(self, key: str, array: np.ndarray) -> FileRows | None:
         """The file reader of ``array`` while it is still the mapped array of that name."""

@@ -459,6 +459,25 @@ class TextIndex:
             for code, _ in namespaces:
                 self._doc_frequency(code, key, rows)
 
+    def _merged_postings(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """Every term's posting list, one after another (its parts joined: a mapped list, then the
+        postings added to it in RAM, so it stays sorted), with the offsets. Index lock held."""
+        terms = list(dict.fromkeys([*self._snap_terms, *self._postings]))
+        rows: list[np.ndarray] = []
+        tfs: list[np.ndarray] = []
+        offsets = np.zeros(len(terms) + 1, dtype=np.int64)
+        for position, term in enumerate(terms, start=1):
+            parts = self._parts(term)
+            rows.extend(part_rows for _, part_rows, _ in parts)
+            tfs.extend(part_tfs for _, _, part_tfs in parts)
+            offsets[position] = offsets[position - 1] + sum(len(part_rows) for _, part_rows, _ in parts)
+        if not rows:
+            return terms, np.zeros(0, np.int32), np.zeros(0, np.float32), offsets
+        merged = terms, np.concatenate(rows), np.concatenate(tfs), offsets
+        rows.clear()  # drop the views of the RAM lists now (see _parts)
+        tfs.clear()
+        return merged
+
     def _count_namespaces(self) -> None:
         """Each namespace's live rows and their total length, from the per-row arrays."""
         alive = np.frombuffer(self._alive, dtype=np.int8) != 0
@@ -476,8 +495,7 @@ class TextIndex:
             columns = {key: np.frombuffer(getattr(self, attribute), dtype=dtype).copy()
                        for key, attribute, dtype in self._COLUMNS}
             # The views of the RAM lists are gone when this returns: no append can meet them.
-            terms, post_rows, post_tfs, offsets = _merged_postings(
-                self._postings, self._snap_terms, self._snap_rows, self._snap_tfs, self._snap_offsets)
+            terms, post_rows, post_tfs, offsets = self._merged_postings()
             ids = list(self._ids)
             meta: dict[str, object] = {**self._snapshot_params(), "codes": dict(self._codes), "dead": self._dead}
             position = snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id)
@@ -492,42 +510,6 @@ class TextIndex:
     def snapshot_keeper(self) -> snapshots.Keeper:
         """When this index writes its snapshot (its background thread, for tests to wait on)."""
         return self._keeper
-
-
-def _merged_postings(own: dict[str, tuple[array, array]], mapped_terms: dict[str, int], mapped_rows: np.ndarray,
-                     mapped_tfs: np.ndarray, mapped_offsets: np.ndarray,
-                     ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """Every term's posting list, one after another: a mapped list followed by the postings added
-    to it in RAM since (rows only grow, so the list stays sorted), then the terms only in RAM."""
-    terms: list[str] = []
-    rows: list[np.ndarray] = []
-    tfs: list[np.ndarray] = []
-    sizes: list[int] = []
-    for term, index in mapped_terms.items():
-        start, stop = int(mapped_offsets[index]), int(mapped_offsets[index + 1])
-        terms.append(term)
-        rows.append(mapped_rows[start:stop])
-        tfs.append(mapped_tfs[start:stop])
-        sizes.append(stop - start)
-        if term in own:
-            rows.append(np.frombuffer(own[term][0], dtype=np.int32))
-            tfs.append(np.frombuffer(own[term][1], dtype=np.float32))
-            sizes[-1] += len(rows[-1])
-    for term, (term_rows, term_tfs) in own.items():
-        if term in mapped_terms:
-            continue
-        terms.append(term)
-        rows.append(np.frombuffer(term_rows, dtype=np.int32))
-        tfs.append(np.frombuffer(term_tfs, dtype=np.float32))
-        sizes.append(len(rows[-1]))
-    offsets = np.zeros(len(terms) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum(sizes, dtype=np.int64)
-    if not rows:
-        return terms, np.zeros(0, np.int32), np.zeros(0, np.float32), offsets
-    merged = terms, np.concatenate(rows), np.concatenate(tfs), offsets
-    rows.clear()  # drop the views of the RAM lists now (see the module docstring)
-    tfs.clear()
-    return merged
 
 
 def _raw(values: np.ndarray) -> memoryview:

@@ -9,8 +9,6 @@ import pytest
 from memories import file_rows
 from memories.file_rows import FileRows
 
-pytestmark = pytest.mark.skipif(not file_rows.CAN_PREAD, reason="needs os.preadv")
-
 
 def _mapped(tmp_path: Path, rows: int = 3000, dims: int = 384) -> tuple[np.ndarray, np.ndarray]:
     """Random rows saved to ``matrix.npy`` and mapped copy-on-write, as a snapshot opens them."""
@@ -54,6 +52,15 @@ def test_rows_written_through_the_mapping_are_read_from_it(tmp_path: Path) -> No
     rows = np.array([4, 5, 6, 7, 9])
     assert np.array_equal(reader.take(rows), expected[rows])
     assert np.array_equal(reader.block(0, 20), expected[:20])
+
+
+def test_rows_read_with_pread_where_there_is_no_preadv(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    data, mapped = _mapped(tmp_path)
+    reader = FileRows(mapped, tmp_path / "matrix.npy")
+    monkeypatch.delattr(file_rows.os, "preadv", raising=False)
+    rows = np.array([3, 2999, 40])
+    assert np.array_equal(reader.take(rows), data[rows])
+    assert np.array_equal(reader.block(10, 30), data[10:30])
 
 
 def test_a_gather_beyond_the_limit_reads_through_the_mapping(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
