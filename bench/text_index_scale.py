@@ -48,13 +48,13 @@ def reference(index, terms: list[str], namespace: str, now: float, limit: int) -
     dl = np.frombuffer(index._dl, dtype=np.float32)  # noqa: SLF001
     avgdl = max(float(dl[in_ns].astype(np.float64).mean()), 1.0)
     eligible = in_ns & (np.frombuffer(index._live, dtype=np.float64) > now)  # noqa: SLF001
-    scores = np.zeros(len(index._ids), dtype=np.float64)  # noqa: SLF001
+    scores = np.zeros(index.row_count(), dtype=np.float64)  # noqa: SLF001
     for term in dict.fromkeys(terms):
         posting = index._posting(term)  # noqa: SLF001
         if posting is None:
             continue
-        rows = np.frombuffer(posting[0], dtype=np.int32)
-        tfs = np.frombuffer(posting[1], dtype=np.float32).astype(np.float64)
+        rows = np.asarray(posting[0], dtype=np.int32)
+        tfs = np.asarray(posting[1], dtype=np.float64)
         df = int(in_ns[rows].sum())
         if df == 0:
             continue
@@ -65,7 +65,7 @@ def reference(index, terms: list[str], namespace: str, now: float, limit: int) -
         scores[rows] += idf * tfs * (index.k1 + 1) / (tfs + norm)
     hits = np.flatnonzero(scores > 0)
     best = hits[np.lexsort((hits, -scores[hits]))][:limit]
-    return [(index._ids[i], float(scores[i])) for i in best]  # noqa: SLF001
+    return [(index._row_ids.get(int(i)) or "", float(scores[i])) for i in best]  # noqa: SLF001
 
 
 def build(size: int, seed: int):  # noqa: ANN201

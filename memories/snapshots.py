@@ -80,6 +80,8 @@ class Capture:
     # Told the snapshot's final directory once it is in place (files written there may be linked).
     written: Callable[[Path], None] | None = None
     folder: Path | None = None  # opened: the directory of its files (``<stem>.npy`` for each array)
+    # Arrays computed from the copies when writing, outside the index's lock (a sort of a million ids).
+    derived: dict[str, Callable[[], np.ndarray]] = field(default_factory=dict)
 
 
 def enabled() -> bool:
@@ -125,7 +127,8 @@ def _sealed_digests(manifest: dict[str, Any] | None) -> dict[tuple[int, ...], st
 
 def _write_files(target: Path, capture: Capture, known: dict[tuple[int, ...], str]) -> dict[str, dict[str, Any]]:
     files: dict[str, dict[str, Any]] = {}
-    for key, array in capture.arrays.items():
+    derived = {key: make() for key, make in capture.derived.items()}
+    for key, array in {**capture.arrays, **derived}.items():
         path = target / f"{key}.npy"
         np.save(path, np.ascontiguousarray(array), allow_pickle=False)
         files[path.name] = {"shape": list(array.shape), "dtype": array.dtype.str}

@@ -40,6 +40,7 @@ from memories.embeddings import from_bytes, get_embedder
 from memories.feed import FeedReader, discarded_on_failure
 from memories.file_rows import FileRows
 from memories.models import Memory
+from memories.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.vectors import StoredPoint, VectorHit, VectorIndex, live_until
 
 _INF = math.inf
@@ -99,8 +100,7 @@ class EmbeddedVectorIndex:
         self._reset_arrays()
 
     def _reset_arrays(self) -> None:
-        self._row_map: dict[str, int] | None = {}  # None: not built yet (see _rows)
-        self._ids: list[str | None] = []
+        self._row_ids = RowIds()  # row <-> memory id (a free row has none)
         self._free_rows: list[int] | None = []  # None: not built yet (see _free)
         self._live_rows = 0
         self._matrix = np.zeros((0, self.dimensions), dtype=np.float32)
@@ -123,22 +123,13 @@ class EmbeddedVectorIndex:
         self._keeper.soon(self._capture)
 
     @property
-    def _rows(self) -> dict[str, int]:
-        """Memory id -> row (built from ``_ids`` on first use after a snapshot was opened)."""
-        if self._row_map is None:
-            with self._lock:
-                if self._row_map is None:
-                    self._row_map = {memory_id: row for row, memory_id in enumerate(self._ids) if memory_id}
-        return self._row_map
-
-    @property
     def _free(self) -> list[int]:
-        """Rows free for new vectors, the lowest last (built like ``_rows``)."""
+        """Rows free for new vectors, the lowest last (built on the first write after a snapshot
+        was opened: a search needs none of them)."""
         if self._free_rows is None:
             with self._lock:
                 if self._free_rows is None:
-                    ids = self._ids
-                    self._free_rows = [row for row in range(len(ids) - 1, -1, -1) if ids[row] is None]
+                    self._free_rows = self._row_ids.free_rows()
         return self._free_rows
 
     def _vectors_of(self, rows: np.ndarray) -> np.ndarray:
@@ -178,7 +169,7 @@ class EmbeddedVectorIndex:
         return self._codes.setdefault(key, len(self._codes))
 
     def _grow(self) -> None:
-        extra = max(self._GROW, len(self._ids) // 2)
+        extra = max(self._GROW, len(self._row_ids) // 2)
         self._matrix = np.vstack([self._matrix, np.zeros((extra, self.dimensions), dtype=np.float32)])
         self._ns = np.concatenate([self._ns, np.full(extra, -1, dtype=np.int32)])
         self._coll = np.concatenate([self._coll, np.full(extra, -1, dtype=np.int32)])
@@ -186,14 +177,14 @@ class EmbeddedVectorIndex:
         self._live = np.concatenate([self._live, np.zeros(extra, dtype=np.float64)])
         if self._projection is not None:
             self._sketch = np.vstack([self._sketch, np.zeros((extra, self._sketch_dims), dtype=np.float32)])
-        free, start = self._free, len(self._ids)  # built (if it was not) before the new rows exist
-        self._ids.extend([None] * extra)
-        free.extend(range(len(self._ids) - 1, start - 1, -1))
+        free, start = self._free, len(self._row_ids)  # built (if it was not) before the new rows exist
+        self._row_ids.extend(extra)
+        free.extend(range(len(self._row_ids) - 1, start - 1, -1))
 
     def _put(self, memory_id: str, vector: np.ndarray, namespace: str, collection: str, until: float,
              threaded: bool = False) -> None:
         self._version += 1
-        row = self._rows.get(memory_id)
+        row = self._row_ids.row(memory_id)
         moved = row is None or not np.array_equal(self._vectors_of(np.array([row]))[0], vector)
         if row is None:
             self._live_rows += 1
@@ -201,8 +192,7 @@ class EmbeddedVectorIndex:
                 self._grow()
             row = self._free.pop()
             self._top = max(self._top, row + 1)
-            self._rows[memory_id] = row
-            self._ids[row] = memory_id
+            self._row_ids.set(row, memory_id)
         self._matrix[row] = vector
         self._wrote("matrix", self._matrix, row)
         if self._dirty is not None:
@@ -220,11 +210,11 @@ class EmbeddedVectorIndex:
             self._ann.put(row, (int(self._ns[row]), int(self._coll[row]), threaded), moved=moved)
 
     def _drop(self, memory_id: str) -> None:
-        row = self._rows.pop(memory_id, None)
+        row = self._row_ids.row(memory_id)
         if row is not None:
             self._version += 1
             self._live_rows -= 1
-            self._ids[row] = None
+            self._row_ids.set(row, None)
             self._ns[row] = -1
             self._free.append(row)
             if self._ann is not None:
@@ -329,24 +319,22 @@ class EmbeddedVectorIndex:
         snapshot = snapshots.read("vector", self._snapshot_params(), ("codes", "top"), self._WRITABLE)
         if snapshot is None:
             return False
-        arrays, ids = snapshot.arrays, snapshot.texts.get("ids", [])
+        arrays, ids = snapshot.arrays, opened_ids(snapshot)
         columns = ("matrix", "ns", "coll", "threaded", "live")
-        if any(arrays.get(key) is None or len(arrays[key]) != len(ids) for key in columns) or \
+        if any(arrays.get(key) is None or len(arrays[key]) != len(ids.base) for key in columns) or \
                 arrays["matrix"].shape[1:] != (self.dimensions,):
             snapshots.logger.warning("vector index: snapshot arrays disagree in length, loading from the database")
             return False
         self._reset_arrays()
         self._matrix, self._ns, self._coll, self._threaded, self._live = (arrays[key] for key in columns)
-        self._ids = [memory_id or None for memory_id in ids]
-        # id -> row and the free rows are built on the first write, not here: at a million rows
-        # they were most of a new process's first search (~1 s); a search only maps row -> id.
-        self._row_map, self._free_rows = None, None
-        self._live_rows = len(ids) - ids.count("")
+        self._row_ids = RowIds(ids.base, ids.order)
+        self._free_rows = None  # built on the first write: a search needs none
+        self._live_rows = len(ids.base) - int(np.count_nonzero(ids.base == b""))
         self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
         self._top = int(snapshot.meta["top"])
         if self._ann is not None:  # the rows came from the snapshot, not through _put
             self._ann = self._opened_graphs(snapshot, self._ann)
-        if {"sketch", "mean", "basis"} <= arrays.keys() and len(arrays["sketch"]) == len(ids):
+        if {"sketch", "mean", "basis"} <= arrays.keys() and len(arrays["sketch"]) == len(ids.base):
             self._projection = Projection(arrays["mean"], arrays["basis"], int(snapshot.meta.get("fitted_rows", 0)))
             self._sketch = arrays["sketch"]
         if snapshot.folder is not None:
@@ -425,12 +413,12 @@ class EmbeddedVectorIndex:
             arrays |= {f"ann_{key}": value for key, value in captured.arrays.items()}
             graphs = captured.graphs
             files = {name: functools.partial(ann.save_graph, graph) for name, graph in graphs.items()}
-        ids = [memory_id or "" for memory_id in self._ids]
+        arrays["ids"] = ids = self._row_ids.capture()
         position = snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id)
-        return snapshots.Capture(arrays, {"ids": ids}, meta, position, files=files,
-                                 written=functools.partial(self._written, big, graphs))
+        return snapshots.Capture(arrays, {}, meta, position, files=files, derived={"id_order": functools.partial(id_order, ids)},
+                                 written=functools.partial(self._written, big, graphs, self._row_ids.token))
 
-    def _written(self, big: dict[str, np.ndarray], graphs: dict[str, object], folder: Path) -> None:
+    def _written(self, big: dict[str, np.ndarray], graphs: dict[str, object], ids_token: object, folder: Path) -> None:
         """A snapshot of this index is in place at ``folder``: its vectors (and sketch) and graphs
         replace the copies this process holds in its own memory, mapped copy-on-write like an
         opened snapshot's (a process that loaded a million rows from the database drops ~2 GB of
@@ -439,6 +427,7 @@ class EmbeddedVectorIndex:
         Skipped when the arrays were replaced meanwhile (grown, refitted, reloaded)."""
         if self._ann is not None:
             self._ann.saved_in(graphs, folder)
+        rebase_ids(self._lock, self._row_ids, ids_token, folder)
         mapped: dict[str, np.ndarray] = {}
         for key in big:
             try:
@@ -514,7 +503,7 @@ class EmbeddedVectorIndex:
             top = min(limit, scores.size)
             best = np.argpartition(-scores, top - 1)[:top]
             best = best[np.argsort(-scores[best], kind="stable")]
-            return [VectorHit(self._ids[candidates[i]], float(scores[i])) for i in best]
+            return [VectorHit(self._row_ids.get(int(candidates[i])) or "", float(scores[i])) for i in best]
 
     def _eligible_rows(self, ns_code: int, coll_code: int | None, facts_only: bool, rows: int,
                        now: float) -> Eligible:
@@ -557,7 +546,7 @@ class EmbeddedVectorIndex:
             return self._projection is not None
         sample = np.random.default_rng(0).choice(used, size=min(SKETCH_SAMPLE, used.size), replace=False)
         projection = fit_projection(self._vectors_of(np.sort(sample)), self._sketch_dims, fitted_rows=live)
-        sketch = np.zeros((len(self._ids), self._sketch_dims), dtype=np.float32)
+        sketch = np.zeros((len(self._row_ids), self._sketch_dims), dtype=np.float32)
         for start in range(0, self._top, 16_384):  # in chunks: no full-size temporary
             stop = min(start + 16_384, self._top)
             sketch[start:stop] = projection.apply(self._block("matrix", self._matrix, start, stop))

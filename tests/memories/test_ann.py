@@ -12,6 +12,7 @@ import pytest
 from django.utils import timezone
 
 from memories import ann
+from memories.row_ids import RowIds
 from memories.vector_index import EmbeddedVectorIndex
 
 DIMS = 48
@@ -112,7 +113,7 @@ def test_expired_rows_are_skipped_and_the_result_stays_full(small_threshold: Non
     now = timezone.now()
     nearest = index.search(query, namespace="global", collection=None, limit=30, now=now, exact=True)
     for hit in nearest[:20]:  # the 20 best expire (expiry changes are not re-indexed: only checked)
-        row = index._rows[hit.memory_id]  # noqa: SLF001
+        row = index._row_ids.row(hit.memory_id)  # noqa: SLF001
         index._put(hit.memory_id, index._matrix[row].copy(), "global", "general", now.timestamp() - 1,  # noqa: SLF001
                    threaded=bool(index._threaded[row]))  # noqa: SLF001
     served = index.search(query, namespace="global", collection=None, limit=10, now=now)
@@ -299,9 +300,10 @@ def test_rows_taken_from_elsewhere_are_assigned_to_their_partitions(small_thresh
     source = _index(rng, 8_000, centres)
     opened = EmbeddedVectorIndex("test/ann", DIMS)
     opened._loaded = True  # noqa: SLF001
-    for name in ("_matrix", "_ns", "_coll", "_threaded", "_live", "_ids", "_codes", "_top", "_live_rows"):
+    for name in ("_matrix", "_ns", "_coll", "_threaded", "_live", "_codes", "_top", "_live_rows"):
         setattr(opened, name, getattr(source, name))
-    opened._row_map, opened._free_rows = None, None  # noqa: SLF001 - built from _ids when first needed
+    opened._row_ids = RowIds(source._row_ids.capture())  # noqa: SLF001 - as a snapshot's ids
+    opened._free_rows = None  # noqa: SLF001 - built when first needed
     assert opened.ann is not None
     opened.ann.assign(np.flatnonzero(opened._ns[: opened._top] >= 0), opened._ns, opened._coll, opened._threaded)  # noqa: SLF001
     now, query = timezone.now(), _clustered(rng, 1, centres)[0]

@@ -102,7 +102,7 @@ def _reference(index: TextIndex, terms: list[str], namespace: str, now: float) -
         posting = index._posting(term)  # noqa: SLF001
         if posting is None:
             continue
-        rows, tfs = np.frombuffer(posting[0], dtype=np.int32), np.frombuffer(posting[1], dtype=np.float32)
+        rows, tfs = np.asarray(posting[0], dtype=np.int32), np.asarray(posting[1], dtype=np.float32)
         df = int(in_ns[rows].sum())
         if df:
             lists.append(TermList(rows, tfs, math.log(1 + (n_docs - df + 0.5) / (df + 0.5)), 1.0, 1.0))

@@ -179,7 +179,7 @@ def test_a_snapshot_carries_its_graphs_so_a_new_process_builds_none(hash_embedde
     # the snapshot on disk may be the one this process's own index wrote (remember searched it),
     # whose graph was built before the last of the stored rows arrived.
     dirty = set().union(*(part.dirty for part in second.ann._parts))  # noqa: SLF001
-    assert second._rows[str(later.id)] in dirty  # noqa: SLF001
+    assert second._row_ids.row(str(later.id)) in dirty  # noqa: SLF001
 
 
 def test_a_snapshot_whose_graph_file_is_corrupt_is_rebuilt(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
@@ -416,7 +416,7 @@ def test_a_row_written_while_the_vectors_are_copied_is_in_the_snapshot(hash_embe
     _semantic(index, hash_embedder, "x", namespace="alice")
     _settled(index)
     memory = Memory.objects.get(id=ids["kept"])
-    row = index._rows[ids["kept"]]  # noqa: SLF001
+    row = index._row_ids.row(ids["kept"])  # noqa: SLF001
     replacement = hash_embedder.embed_passage("an entirely different text")
     memory.embedding = replacement.astype(np.float32).tobytes()
     monkeypatch.setattr(index, "_CAPTURE_ROWS", 1)
@@ -447,7 +447,7 @@ def test_snapshots_hashed_ahead_open_with_those_digests(hash_embedder, snapshot_
     ids = _saved_pair(hash_embedder)
     _hashed_ahead(snapshot_dir)
     ahead = dict(snapshot_digests._ahead)  # noqa: SLF001
-    assert {Path(path).name for path in ahead} >= {"matrix.npy", "ids.txt", "post_rows.npy"}
+    assert {Path(path).name for path in ahead} >= {"matrix.npy", "ids.npy", "id_order.npy", "post_rows.npy"}
     for path, future in ahead.items():
         assert future.result()[1] == snapshot_digests.file_sha256(Path(path))
     assert _rebuilt_correctly(hash_embedder, ids) == ("snapshot", "snapshot")
@@ -666,7 +666,7 @@ def test_rows_written_while_a_snapshot_is_written_survive_the_mapping(hash_embed
     assert capture is not None
     later = Memory.objects.get(id=remember("The lighthouse keeper retires in spring", namespace="alice").id)
     index.upsert(later)  # written after the capture, before the snapshot is in place
-    row = index._rows[str(later.id)]  # noqa: SLF001
+    row = index._row_ids.row(str(later.id))  # noqa: SLF001
     assert row < len(capture.arrays["matrix"])  # a free row the capture holds empty
     assert snapshots.write(*_target(index, capture))
     assert _mapped(index._matrix) and np.array_equal(index._matrix[row], hash_embedder.embed_query(later.content))  # noqa: SLF001
@@ -679,22 +679,41 @@ def _target(index: EmbeddedVectorIndex, capture: snapshots.Capture) -> tuple[Pat
     return root, name, capture, birth
 
 
-def test_an_opened_snapshot_builds_its_id_maps_only_when_a_write_needs_them(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
-    """A search maps rows to ids only: the id -> row maps (a second per million rows) are built
-    on the first write the feed brings, and the writes after it land where they should."""
+def test_an_opened_snapshot_keeps_its_ids_mapped_and_holds_only_the_rows_written_since(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    """A new process maps the snapshot's ids (by row, and rows sorted by id) instead of holding a
+    Python string per row and an id -> row dict (at a million rows ~145 MiB and a second or
+    more per index): a search maps rows to ids, a write finds its row by binary search, and only
+    the rows the feed brought since are held apart; the next snapshot takes them in."""
     ids = _saved_pair(hash_embedder)
     vectors, text = _vector_index(hash_embedder), _text_index()
     assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {ids["kept"], ids["other"], ids["expiring"]}
     assert ids["kept"] in _fulltext(text, "lighthouse keeper", namespace="alice")
     assert vectors.loaded_from == text.loaded_from == "snapshot"
-    assert vectors._row_map is None and vectors._free_rows is None and text._row_map is None  # noqa: SLF001
-    assert vectors.size() == 4
+    for index in (vectors, text):
+        held = index._row_ids  # noqa: SLF001
+        assert _mapped(held._base) and not held._base.flags.writeable  # noqa: SLF001 - shared, read-only
+        assert held._changed == {} and held._extra == [] and held._rows_by_id == {}  # noqa: SLF001
+    assert vectors._free_rows is None and vectors.size() == 4  # noqa: SLF001
     later = remember("The lighthouse keeper retires in spring", namespace="alice")
     memory_forget(memory_id=ids["other"], namespace=None, actor="test")
     assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {ids["kept"], ids["expiring"], str(later.id)}
     assert _fulltext(text, "retires spring", namespace="alice") == [str(later.id)]
-    assert vectors._row_map is not None and text._row_map is not None  # noqa: SLF001
-    assert vectors.size() == 4 and set(vectors._rows) == {ids["kept"], ids["expiring"], ids["bob"], str(later.id)}  # noqa: SLF001
+    for index in (vectors, text):
+        held = index._row_ids  # noqa: SLF001
+        written = {row: held.get(row) for row in [*held._changed, *range(len(held._base), len(held))]}  # noqa: SLF001
+        assert set(written.values()) - {None} == {str(later.id)}  # the forgotten row only lost its id
+        assert held.row(ids["other"]) is None and held.row(ids["kept"]) is not None
+        assert held.get(held.row(ids["kept"])) == ids["kept"]
+    assert vectors.size() == 4
+    _saved(vectors)
+    _saved(text)
+    for index in (vectors, text):  # the snapshot's ids replace what was held
+        held = index._row_ids  # noqa: SLF001
+        assert _mapped(held._base) and len(held._base) == len(held)  # noqa: SLF001
+        assert held._changed == {} and held._extra == [] and held._rows_by_id == {}  # noqa: SLF001
+        assert held.row(str(later.id)) is not None and held.row(ids["other"]) is None
+    assert _fulltext(text, "retires spring", namespace="alice") == [str(later.id)]
+    assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {ids["kept"], ids["expiring"], str(later.id)}
 
 
 def _ranked(index: TextIndex, text: str) -> list[tuple[float, str]]:
@@ -733,3 +752,12 @@ def test_postings_added_after_a_snapshot_are_kept_apart_and_score_like_a_full_lo
     for query, hits in got.items():
         assert _ranked(reopened, query) == hits, query
     assert reopened.loaded_from == "snapshot" and term not in reopened._postings  # noqa: SLF001
+    assert reopened._snap_tfs.dtype == np.float16  # noqa: SLF001 - tfs of 0.5 steps: half the bytes, same scores
+
+
+def test_tfs_that_half_precision_cannot_hold_exactly_are_kept_as_they_are() -> None:
+    exact = np.array([1.0, 2.5, 4.0, 1024.0], dtype=np.float32)
+    assert text_index._narrowed(exact).dtype == np.float16  # noqa: SLF001
+    for weighted in ([1.0, 1.3], [1.0, 2049.0]):  # a context weight of 0.3; a tf past float16's integers
+        tfs = np.array(weighted, dtype=np.float32)
+        assert text_index._narrowed(tfs) is tfs  # noqa: SLF001
