@@ -53,6 +53,18 @@ def table_size_hint(path: Path | str, table: str = "memories") -> int:
             return 0
 
 
+def analysed_rows(path: Path | str, table: str = "memories") -> int | None:
+    """The rows ``table`` had at its last ANALYZE, by any process (the largest of its indexes'
+    counts in ``sqlite_stat1``); None if it was never analysed."""
+    with contextlib.closing(_connect(path, 0.1)) as conn:
+        try:
+            stats = conn.execute("SELECT stat FROM sqlite_stat1 WHERE tbl = ?", [table]).fetchall()
+        except sqlite3.OperationalError:  # no sqlite_stat1: never analysed
+            return None
+    counts = [int(stat.split()[0]) for (stat,) in stats if stat and stat.split()[0].isdigit()]
+    return max(counts) if counts else None
+
+
 def analyze(path: Path | str) -> None:
     """Sampled ANALYZE of the whole database (the planner's statistics)."""
     with contextlib.closing(_connect(path, 5.0)) as conn:
@@ -110,8 +122,13 @@ class Checkpointer:
 
     def analyze_if_grown(self) -> bool:
         """ANALYZE when the memories table has grown by ANALYZE_GROWTH since the last analysis
-        (or was never analysed by this process and has rows); whether it ran."""
+        (this process's, or the one the database records: a new process, such as each MCP stdio
+        session, does not analyse again a store whose statistics still hold, and on a cold store
+        of millions of rows that ANALYZE held the write lock long enough to fail its first writes
+        with "database is locked"); whether it ran."""
         try:
+            if self.analyzed_at_size is None:
+                self.analyzed_at_size = analysed_rows(self.path)
             size = table_size_hint(self.path)
             if not size or (self.analyzed_at_size is not None and size < self.analyzed_at_size * ANALYZE_GROWTH):
                 return False

@@ -67,6 +67,11 @@ def test_statistics_are_refreshed_when_the_memories_table_grows_by_a_quarter(tmp
     assert checkpointer.analyze_if_grown() is False  # +10 %: the statistics still hold
     conn.executemany("INSERT INTO memories VALUES (?, 0)", [(str(i),) for i in range(300)])
     assert checkpointer.analyze_if_grown() is True  # +40 %
+    assert sqlite_wal.analysed_rows(db) == 1400
+    another = sqlite_wal.Checkpointer(db)  # a new process: the statistics on record still hold
+    assert another.analyze_if_grown() is False and another.analyzed_at_size == 1400
+    conn.executemany("INSERT INTO memories VALUES (?, 0)", [(str(i),) for i in range(400)])
+    assert another.analyze_if_grown() is True and another.analyzed_at_size == 1800
     conn.close()
 
 
