@@ -14,10 +14,12 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memories import snapshots
+if TYPE_CHECKING:
+    from memories import snapshots
 
 _MISSING = object()
 
