@@ -180,6 +180,9 @@ class EmbeddedVectorIndex:
         free, start = self._free, len(self._row_ids)  # built (if it was not) before the new rows exist
         self._row_ids.extend(extra)
         free.extend(range(len(self._row_ids) - 1, start - 1, -1))
+        if self._files:  # the arrays were mapped from a snapshot and are private copies now
+            self._files.clear()  # the readers held the old mappings (every page the copy read)
+            self._keeper.soon(self._capture)  # a snapshot of the grown arrays, then mapped (_written)
 
     def _put(self, memory_id: str, vector: np.ndarray, namespace: str, collection: str, until: float,
              threaded: bool = False) -> None:

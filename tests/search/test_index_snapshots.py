@@ -679,6 +679,27 @@ def _target(index: EmbeddedVectorIndex, capture: snapshots.Capture) -> tuple[Pat
     return root, name, capture, birth
 
 
+def test_an_opened_index_that_grows_drops_the_old_mapping_and_maps_a_new_snapshot_soon(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
+    """Past the snapshot's spare rows the arrays are copied into private memory (at a million
+    rows 1.5 GB more): the readers of the old files let go of their mappings, and a snapshot of
+    the grown arrays is written at once (not after 2,000 changes or 10 minutes) and mapped."""
+    ids = _saved_pair(hash_embedder)
+    index = _vector_index(hash_embedder)
+    expected = _semantic(index, hash_embedder, "x", namespace="alice")
+    assert index.loaded_from == "snapshot" and _mapped(index._matrix) and "matrix" in index._files  # noqa: SLF001
+    rows = len(index._matrix)  # noqa: SLF001
+    with index._lock:  # noqa: SLF001
+        index._grow()  # noqa: SLF001 - what a write past the last free row does
+        assert not _mapped(index._matrix) and index._files == {}  # noqa: SLF001
+    assert _semantic(index, hash_embedder, "x", namespace="alice") == expected  # starts the write
+    _settled(index)
+    assert _mapped(index._matrix) and "matrix" in index._files and len(index._matrix) > rows  # noqa: SLF001
+    assert _semantic(index, hash_embedder, "x", namespace="alice") == expected
+    later = remember("The lighthouse keeper retires in spring", namespace="alice")
+    assert str(later.id) in _semantic(index, hash_embedder, "The lighthouse keeper retires in spring", namespace="alice")
+    assert set(expected) <= set(_semantic(index, hash_embedder, "x", namespace="alice")) | {ids["other"]}
+
+
 def test_an_opened_snapshot_keeps_its_ids_mapped_and_holds_only_the_rows_written_since(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
     """A new process maps the snapshot's ids (by row, and rows sorted by id) instead of holding a
     Python string per row and an id -> row dict (at a million rows ~145 MiB and a second or
