@@ -29,18 +29,18 @@ PREAD_MAX_ROWS = 4_096
 
 
 class FileRows:
-    """The rows of ``array``, a 2-D array mapped copy-on-write from the ``.npy`` file at ``path``,
+    """The rows of ``array``, a 1-D or 2-D array mapped from the ``.npy`` file at ``path``,
     read from that file unless ``mark``-ed as written through the mapping since."""
 
     def __init__(self, array: np.ndarray, path: Path) -> None:
-        if array.ndim != 2 or not array.flags.c_contiguous:
-            raise ValueError("FileRows reads 2-D C-ordered arrays")
+        if array.ndim not in (1, 2) or not array.flags.c_contiguous:
+            raise ValueError("FileRows reads 1-D or 2-D C-ordered arrays")
         self.array = array
         self.path = path
         self._fd = os.open(path, os.O_RDONLY)  # keeps the file even once a newer snapshot removes it
         weakref.finalize(self, os.close, self._fd)
         self._offset = _data_offset(self._fd, array)
-        self._row_bytes = int(array.shape[1]) * array.itemsize
+        self._row_bytes = int(np.prod(array.shape[1:], dtype=np.int64)) * array.itemsize
         self._written = np.zeros(array.shape[0], dtype=np.bool_)
 
     @classmethod
@@ -60,7 +60,7 @@ class FileRows:
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         if rows.size > PREAD_MAX_ROWS:
             return np.asarray(self.array[rows])
-        out = np.empty((rows.size, self.array.shape[1]), dtype=self.array.dtype)
+        out = np.empty((rows.size, *self.array.shape[1:]), dtype=self.array.dtype)
         if not out.size:
             return out
         written = self._written[rows]
@@ -72,10 +72,16 @@ class FileRows:
             self._read(view[i * size:(i + 1) * size], offset + int(rows[i]) * size)
         return out
 
+    def one(self, row: int) -> bytes:
+        """The raw bytes of ``array[row]`` (one ``pread``)."""
+        if self._written[row]:
+            return self.array[row].tobytes()
+        return os.pread(self._fd, self._row_bytes, self._offset + row * self._row_bytes)
+
     def block(self, start: int, stop: int) -> np.ndarray:
         """A copy of ``array[start:stop]``, read in one call."""
         stop = min(stop, self.array.shape[0])
-        out = np.empty((max(stop - start, 0), self.array.shape[1]), dtype=self.array.dtype)
+        out = np.empty((max(stop - start, 0), *self.array.shape[1:]), dtype=self.array.dtype)
         if out.size:
             self._read(memoryview(out).cast("B"), self._offset + start * self._row_bytes)
             written = np.flatnonzero(self._written[start:stop])

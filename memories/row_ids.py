@@ -5,18 +5,22 @@ dict a write needs another ~55 MiB and a second or more to build (the first writ
 or the replay of a feed tail). Here the ids a snapshot holds stay in it: an array of fixed-width
 UTF-8 bytes in row order, and the rows in the order of their ids (binary search finds an id's
 row in ~20 steps), both mapped read-only and shared by every process that opens the snapshot.
-Only the rows written since live in two dicts. A free (or dead) row has no id.
+Only the rows written since live in two dicts. A free (or dead) row has no id. The ids are read
+from the file with ``pread`` (memories.file_rows), not through the mapping: random lookups
+through it left the whole file resident (the kernel maps a large folio per fault).
 """
 from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from memories.file_rows import FileRows
 
 if TYPE_CHECKING:
     from memories import snapshots
@@ -41,9 +45,11 @@ class RowIds:
 
     Not thread-safe: the owning index's lock guards it, as it guards the rows."""
 
-    def __init__(self, base: np.ndarray | None = None, order: np.ndarray | None = None) -> None:
+    def __init__(self, base: np.ndarray | None = None, order: np.ndarray | None = None,
+                 reader: FileRows | None = None) -> None:
         self._base = np.zeros(0, dtype="S1") if base is None else base
         self._order = order  # None: sorted on the first lookup that needs it
+        self._reader = reader if reader is not None and reader.array is self._base else None
         self._length = len(self._base)
         self._changed: dict[int, str | None] = {}  # rows of the base given another id (or freed) since
         self._extra: list[str | None] = []  # the ids of the rows past the base (shorter: free rows)
@@ -63,7 +69,20 @@ class RowIds:
         changed = self._changed.get(row, _MISSING)
         if changed is not _MISSING:
             return changed  # type: ignore[return-value]
-        return self._base[row].decode() or None
+        return self._stored(row).decode() or None
+
+    def _stored(self, row: int) -> bytes:
+        """The base's id at ``row`` as bytes (b"": none)."""
+        if self._reader is None:
+            return bytes(self._base[row])
+        return self._reader.one(row).rstrip(b"\0")
+
+    def _blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """The base a block at a time, read from its file when it has one: (start, ids)."""
+        step = 1 << 16
+        for start in range(0, len(self._base), step):
+            stop = min(start + step, len(self._base))
+            yield start, (self._base[start:stop] if self._reader is None else self._reader.block(start, stop))
 
     def row(self, memory_id: str) -> int | None:
         """The row holding ``memory_id``, or None."""
@@ -74,13 +93,13 @@ class RowIds:
             return None
         if self._order is None:
             self._order = id_order(self._base)
-        key, base, order = memory_id.encode(), self._base, self._order
-        at = bisect.bisect_left(order, key, key=lambda r: base[r])
+        key, order, stored = memory_id.encode(), self._order, self._stored
+        at = bisect.bisect_left(order, key, key=lambda r: stored(int(r)))
         if at == len(order):
             return None
         found = int(order[at])
         # The base is older than the changes: the row may have been freed or given to another id.
-        return found if base[found] == key and self.get(found) == memory_id else None
+        return found if stored(found) == key and self.get(found) == memory_id else None
 
     def set(self, row: int, memory_id: str | None) -> None:
         """Give ``row`` to ``memory_id`` (None: free it); a row past the end appends it."""
@@ -109,7 +128,8 @@ class RowIds:
         """Rows without an id, the highest first."""
         size = len(self._base)
         free = np.ones(self._length, dtype=np.bool_)
-        free[:size] = self._base == b""
+        for start, ids in self._blocks():
+            free[start:start + len(ids)] = ids == b""
         for row, memory_id in self._changed.items():
             free[row] = memory_id is None
         free[size:size + len(self._extra)] = [memory_id is None for memory_id in self._extra]
@@ -123,7 +143,8 @@ class RowIds:
         changed = {row: (memory_id or "").encode() for row, memory_id in self._changed.items()}
         width = max([self._base.dtype.itemsize, 1, *map(len, extra), *map(len, changed.values())])
         ids = np.zeros(self._length, dtype=f"S{width}")
-        ids[:size] = self._base
+        for start, block in self._blocks():
+            ids[start:start + len(block)] = block
         if extra:
             ids[size:size + len(extra)] = extra
         for row, encoded in changed.items():
@@ -136,7 +157,7 @@ class RowIds:
         """Names the last capture (``rebase`` takes only its snapshot)."""
         return self._token
 
-    def rebase(self, token: object, base: np.ndarray, order: np.ndarray) -> bool:
+    def rebase(self, token: object, base: np.ndarray, order: np.ndarray, reader: FileRows | None = None) -> bool:
         """Take ``base`` and ``order`` (the last capture's ids, as written and mapped) as the base,
         keeping only the changes made since that capture. False if another capture came since."""
         if token is not self._token or self._since is None or len(base) > self._length or \
@@ -144,6 +165,7 @@ class RowIds:
             return False
         since, size = self._since, len(base)
         self._base, self._order, self._since, self._token = base, order, None, None
+        self._reader = reader if reader is not None and reader.array is base else None
         self._changed = {row: memory_id for row, memory_id in since.items() if row < size}
         self._extra = []
         self._rows_by_id = {}
@@ -159,6 +181,10 @@ class RowIds:
 class OpenedIds:
     base: np.ndarray  # the ids by row (b"": a free row)
     order: np.ndarray | None  # the rows by id; None: sorted when first needed
+    reader: FileRows | None = None  # reads the base from its file
+
+    def row_ids(self) -> RowIds:
+        return RowIds(self.base, self.order, self.reader)
 
 
 def opened_ids(snapshot: snapshots.Capture, alive: np.ndarray | None = None) -> OpenedIds:
@@ -169,7 +195,8 @@ def opened_ids(snapshot: snapshots.Capture, alive: np.ndarray | None = None) -> 
     if base is not None and base.dtype.kind == "S" and base.ndim == 1:
         order = snapshot.arrays.get("id_order")
         fits = order is not None and order.shape == base.shape and order.dtype.kind in "iu"
-        return OpenedIds(base, order if fits else None)
+        reader = FileRows.of(base, snapshot.folder / "ids.npy") if snapshot.folder is not None else None
+        return OpenedIds(base, order if fits else None, reader)
     base = as_id_array(snapshot.texts.get("ids", []))
     if alive is not None and len(alive) == len(base):
         base[alive == 0] = b""
@@ -185,5 +212,6 @@ def rebase_ids(lock: threading.RLock, row_ids: RowIds, token: object, folder: Pa
         order = np.asarray(np.load(folder / "id_order.npy", mmap_mode="r", allow_pickle=False))
     except (OSError, ValueError):
         return  # removed by a newer snapshot already: keep what is held
+    reader = FileRows.of(base, folder / "ids.npy")
     with lock:
-        row_ids.rebase(token, base, order)
+        row_ids.rebase(token, base, order, reader)

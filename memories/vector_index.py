@@ -330,9 +330,9 @@ class EmbeddedVectorIndex:
             return False
         self._reset_arrays()
         self._matrix, self._ns, self._coll, self._threaded, self._live = (arrays[key] for key in columns)
-        self._row_ids = RowIds(ids.base, ids.order)
+        self._row_ids = ids.row_ids()
         self._free_rows = None  # built on the first write: a search needs none
-        self._live_rows = len(ids.base) - int(np.count_nonzero(ids.base == b""))
+        self._live_rows = int(np.count_nonzero(self._ns >= 0))  # a free row's is -1 (its id is not read)
         self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
         self._top = int(snapshot.meta["top"])
         if self._ann is not None:  # the rows came from the snapshot, not through _put

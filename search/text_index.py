@@ -391,7 +391,7 @@ class TextIndex:
         self._reset()
         for key, attribute, _ in self._COLUMNS:
             getattr(self, attribute).frombytes(_raw(arrays[key]))  # small per-row arrays: copied, they grow
-        self._row_ids = RowIds(ids.base, ids.order)
+        self._row_ids = ids.row_ids()
         self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
         self._dead = int(snapshot.meta["dead"])
         self._snap_terms = dict(zip(terms, range(len(terms)), strict=True))

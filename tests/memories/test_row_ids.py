@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from memories import snapshots
+from memories.file_rows import FileRows
 from memories.row_ids import RowIds, as_id_array, id_order, opened_ids, rebase_ids
 
 
@@ -23,8 +24,11 @@ def _mapped_copy(tmp_path: Path, name: str, array: np.ndarray) -> np.ndarray:
 def test_a_base_answers_both_ways_with_and_without_its_order(tmp_path: Path) -> None:
     names = _ids(500)
     base = as_id_array([*names[:200], None, *names[200:]])
-    for held in (RowIds(_mapped_copy(tmp_path, "ids", base), _mapped_copy(tmp_path, "order", id_order(base))),
-                 RowIds(base.copy())):
+    mapped = _mapped_copy(tmp_path, "ids", base)
+    read = FileRows.of(mapped, tmp_path / "ids.npy")
+    assert read is not None
+    for held in (RowIds(mapped, _mapped_copy(tmp_path, "order", id_order(base))), RowIds(base.copy()),
+                 RowIds(mapped, _mapped_copy(tmp_path, "order", id_order(base)), read)):
         assert len(held) == 501
         assert held.get(200) is None and held.get(0) == names[0] and held.get(500) == names[499]
         assert all(held.row(name) == (i if i < 200 else i + 1) for i, name in enumerate(names))
@@ -92,3 +96,20 @@ def test_ids_written_as_lines_by_an_earlier_version_are_read_and_dead_rows_lose_
     arrays = {"ids": as_id_array(names), "id_order": id_order(as_id_array(names))}
     current = opened_ids(snapshots.Capture(arrays, {}, {}, snapshots.FeedPosition(0, None)))
     assert current.base is arrays["ids"] and current.order is arrays["id_order"]
+
+
+def test_with_a_reader_the_ids_are_read_from_the_file_not_the_mapping(tmp_path: Path) -> None:
+    """Lookups through the mapping left the whole file resident; with a reader every base id
+    comes from ``pread`` (a reader whose array is not the base is ignored)."""
+    names = _ids(300)
+    base = as_id_array([*names[:100], None, *names[100:]])
+    mapped = _mapped_copy(tmp_path, "ids", base)
+    reader = FileRows.of(mapped, tmp_path / "ids.npy")
+    assert reader is not None and RowIds(base.copy(), None, reader)._reader is None  # noqa: SLF001
+    held = RowIds(mapped, _mapped_copy(tmp_path, "order", id_order(base)), reader)
+    (tmp_path / "ids.npy").unlink()  # the reader keeps its own descriptor
+    held._base = np.zeros_like(mapped)  # noqa: SLF001 - so any read through the array would miss
+    reader.array = held._base  # noqa: SLF001
+    assert held.get(0) == names[0] and held.get(100) is None and held.row(names[250]) == 251
+    assert held.free_rows() == [100]
+    assert held.capture().tolist() == base.tolist()

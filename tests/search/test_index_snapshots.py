@@ -713,6 +713,7 @@ def test_an_opened_snapshot_keeps_its_ids_mapped_and_holds_only_the_rows_written
     for index in (vectors, text):
         held = index._row_ids  # noqa: SLF001
         assert _mapped(held._base) and not held._base.flags.writeable  # noqa: SLF001 - shared, read-only
+        assert held._reader is not None  # noqa: SLF001 - and read with pread, not through the mapping
         assert held._changed == {} and held._extra == [] and held._rows_by_id == {}  # noqa: SLF001
     assert vectors._free_rows is None and vectors.size() == 4  # noqa: SLF001
     later = remember("The lighthouse keeper retires in spring", namespace="alice")
@@ -730,7 +731,7 @@ def test_an_opened_snapshot_keeps_its_ids_mapped_and_holds_only_the_rows_written
     _saved(text)
     for index in (vectors, text):  # the snapshot's ids replace what was held
         held = index._row_ids  # noqa: SLF001
-        assert _mapped(held._base) and len(held._base) == len(held)  # noqa: SLF001
+        assert _mapped(held._base) and len(held._base) == len(held) and held._reader is not None  # noqa: SLF001
         assert held._changed == {} and held._extra == [] and held._rows_by_id == {}  # noqa: SLF001
         assert held.row(str(later.id)) is not None and held.row(ids["other"]) is None
     assert _fulltext(text, "retires spring", namespace="alice") == [str(later.id)]
