@@ -1,6 +1,8 @@
 """BM25 full-text search (SQLite FTS5 / PostgreSQL tsvector): ranking, analysis, safety, filters, sync."""
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -630,3 +632,35 @@ def test_a_reload_stops_the_last_primer(hash_embedder, monkeypatch) -> None:
     first.join(timeout=10)
     index.primer.join(timeout=10)
     assert not first.is_alive() and index._term_stats  # noqa: SLF001 - the second one did the work
+
+
+def test_a_search_waiting_for_the_lock_gets_it_between_two_primed_terms(hash_embedder, monkeypatch) -> None:
+    """The primer holds the index lock one term at a time and pauses after each: a search waiting
+    for the lock takes it at the next pause. Without the pause the primer, still holding the GIL,
+    took the lock again before the woken search could, term after term (a new process's second
+    search at a million rows waited 0.8-1.7 s for the whole primer)."""
+    from search import text_index
+
+    add_fillers()
+    index = text_index.TextIndex(0.9, 0.4, 2)
+    _index_search(index, "kubernetes")  # loaded (its own primer finds nothing long to prime)
+    index.primer.join(timeout=10)
+    primed: list[str] = []
+    started = threading.Event()
+
+    def busy_term(term: str, namespaces: object) -> None:  # pure Python: holds the GIL, like the real one
+        started.set()
+        deadline = time.perf_counter() + 0.01
+        while time.perf_counter() < deadline:
+            pass
+        primed.append(term)
+
+    monkeypatch.setattr(index, "_long_terms", lambda: [f"t{i}" for i in range(100)])
+    monkeypatch.setattr(index, "_prime_term", busy_term)
+    with index._lock:  # noqa: SLF001
+        index._prime_soon()  # noqa: SLF001
+    assert started.wait(timeout=10)
+    with index._lock:  # noqa: SLF001 - what a search does
+        waited_for = len(primed)
+    index.primer.join(timeout=30)
+    assert len(primed) == 100 and waited_for <= 5, waited_for
