@@ -47,15 +47,18 @@ class RowIds:
 
     def __init__(self, base: np.ndarray | None = None, order: np.ndarray | None = None,
                  reader: FileRows | None = None) -> None:
-        self._base = np.zeros(0, dtype="S1") if base is None else base
-        self._order = order  # None: sorted on the first lookup that needs it
-        self._reader = reader if reader is not None and reader.array is self._base else None
+        self._take_base(np.zeros(0, dtype="S1") if base is None else base, order, reader)
         self._length = len(self._base)
         self._changed: dict[int, str | None] = {}  # rows of the base given another id (or freed) since
         self._extra: list[str | None] = []  # the ids of the rows past the base (shorter: free rows)
         self._rows_by_id: dict[str, int] = {}  # where the ids of the rows above are
         self._since: dict[int, str | None] | None = None  # rows changed since the last capture
         self._token: object | None = None
+
+    def _take_base(self, base: np.ndarray, order: np.ndarray | None, reader: FileRows | None) -> None:
+        self._base = base
+        self._order = order  # None: sorted on the first lookup that needs it
+        self._reader = reader if reader is not None and reader.array is base else None
 
     def __len__(self) -> int:
         return self._length
@@ -98,8 +101,8 @@ class RowIds:
         if at == len(order):
             return None
         found = int(order[at])
-        # The base is older than the changes: the row may have been freed or given to another id.
-        return found if stored(found) == key and self.get(found) == memory_id else None
+        # The base is older than the changes: a row changed since is in _rows_by_id if it still holds the id.
+        return found if stored(found) == key and found not in self._changed else None
 
     def set(self, row: int, memory_id: str | None) -> None:
         """Give ``row`` to ``memory_id`` (None: free it); a row past the end appends it."""
@@ -164,8 +167,8 @@ class RowIds:
                 len(order) != len(base):
             return False
         since, size = self._since, len(base)
-        self._base, self._order, self._since, self._token = base, order, None, None
-        self._reader = reader if reader is not None and reader.array is base else None
+        self._take_base(base, order, reader)
+        self._since, self._token = None, None
         self._changed = {row: memory_id for row, memory_id in since.items() if row < size}
         self._extra = []
         self._rows_by_id = {}
