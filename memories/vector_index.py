@@ -37,7 +37,7 @@ from django.db import DatabaseError
 from memories import ann, snapshots
 from memories.eligible import Eligible, EligibleRows
 from memories.embeddings import from_bytes, get_embedder
-from memories.feed import FeedReader, discarded_on_failure
+from memories.feed import FeedReader, discarded_on_failure, let_waiters_in
 from memories.file_rows import FileRows
 from memories.models import Memory
 from memories.row_ids import RowIds, id_order, opened_ids, rebase_ids
@@ -382,6 +382,7 @@ class EmbeddedVectorIndex:
                     for key, array in big.items():
                         copies[key][start:start + self._CAPTURE_ROWS] = self._block(key, array, start,
                                                                                     start + self._CAPTURE_ROWS)
+                let_waiters_in()
             with self._lock:
                 if not self._holds(big) or not self._capturable():
                     return None

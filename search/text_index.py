@@ -26,7 +26,6 @@ import functools
 import hashlib
 import math
 import threading
-import time
 import uuid
 from array import array
 from datetime import UTC, datetime
@@ -38,7 +37,7 @@ from django.utils.timezone import make_aware
 
 from memories import snapshots
 from memories.eligible import EligibleRows
-from memories.feed import FeedReader, discarded_on_failure
+from memories.feed import FeedReader, discarded_on_failure, let_waiters_in
 from memories.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.text import ANALYZER_VERSION
 from search.bm25_topk import Bm25, TermList, top_k
@@ -52,7 +51,6 @@ IMPACT_AVGDL_HEADROOM = 1.05
 # list each) are computed ahead on a daemon thread for every list this long, for the namespaces
 # holding at least this share of the rows (at most PRIME_NAMESPACES of them).
 PRIME_MIN_POSTINGS = IMPACT_MIN_POSTINGS
-PRIME_PAUSE_S = 0.0005  # after each term: a waiting search takes the lock then
 PRIME_MIN_SHARE = 0.05
 PRIME_NAMESPACES = 8
 _TAIL = "\x00+"  # the statistics key of a term's postings added in RAM beside its snapshot list (no term holds NUL)
@@ -428,10 +426,7 @@ class TextIndex:
                 if self._priming is not token:
                     return
                 self._prime_term(term, namespaces)
-            # Let a search waiting for the lock take it: without a pause this thread, still holding
-            # the GIL, took the lock again before the woken waiter could, term after term (a new
-            # process's second full-text search at a million rows waited 0.8-1.7 s for the primer).
-            time.sleep(PRIME_PAUSE_S)
+            let_waiters_in()
 
     def _long_terms(self) -> list[str]:
         """Terms with at least PRIME_MIN_POSTINGS postings, the longest first."""
