@@ -9,12 +9,13 @@ HTTP the ASGI shell authenticates the request and leaves the caller's principal 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 from mcp import types
 from mcp.server.lowlevel import Server
@@ -22,7 +23,7 @@ from mcp.server.lowlevel import Server
 from bhgbrain_site import registry
 from bhgbrain_site.errors import to_envelope
 from bhgbrain_site.registry import CallContext, Principal
-from mcp_bridge import notifications, prompts, subscriptions
+from mcp_bridge import notifications, prompts, stdio_pipes, subscriptions
 from mcp_bridge.schemas import lean_schema
 
 logger = logging.getLogger("bhgbrain.mcp")
@@ -227,8 +228,6 @@ async def serve_stdio(start_django: Any = None) -> None:
     ``start_django`` (set up Django and migrate) runs in a thread while the protocol is
     already being served, so `initialize` does not wait for it; tool and resource calls do.
     """
-    from mcp.server.stdio import stdio_server
-
     if start_django is not None:
         _ready.clear()
 
@@ -243,5 +242,20 @@ async def serve_stdio(start_django: Any = None) -> None:
 
         threading.Thread(target=boot, name="bhgbrain-django-start", daemon=True).start()
     server = build_server("stdio")
-    async with stdio_server() as (read_stream, write_stream):
+    async with _stdio_streams() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+@contextlib.asynccontextmanager
+async def _stdio_streams() -> AsyncIterator[Any]:
+    """The SDK's stdio transport; on pipes (as MCP clients start servers) fed by the loop's own
+    pipe I/O instead of a worker thread per line (mcp_bridge/stdio_pipes.py)."""
+    from mcp.server.stdio import stdio_server
+
+    if not stdio_pipes.pipes_available():
+        async with stdio_server() as streams:
+            yield streams
+        return
+    async with stdio_pipes.pipe_stdio() as (lines, text):
+        async with stdio_server(stdin=cast(Any, lines), stdout=cast(Any, text)) as streams:
+            yield streams
