@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from django.db import transaction
+from django.db import connections, router, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -231,11 +231,26 @@ def memories_saved(memories: Sequence[Memory], fields: Iterable[str], *, audits:
         return
     if changed & THREAD_FIELDS:
         raise ValueError(f"memories_saved cannot update {sorted(changed & THREAD_FIELDS)}: use memory_saved")
-    Memory.objects.bulk_update(memories, sorted(changed), batch_size=500)
+    _update_rows(memories, sorted(changed))
     _index_written(memories, changed)
     _audit_rows([m for m in memories if m.id in audits], lambda m: audits[m.id], at)
     if changed & INDEXED_FIELDS:
         _feed([m.id for m in memories], VectorChange.Op.UPSERT)
+
+
+def _update_rows(memories: Sequence[Memory], fields: Sequence[str]) -> None:
+    """``fields`` of each memory written with one parameterised UPDATE, all sent by executemany.
+    Django's bulk_update builds a CASE expression per row and field in Python: about 0.7 ms per
+    memory, and an access flush of a thousand memories held the GIL from the requests for 0.7 s."""
+    connection = connections[router.db_for_write(Memory)]
+    meta, quote = Memory._meta, connection.ops.quote_name
+    columns = [meta.get_field(name) for name in fields]
+    assignments = ", ".join(f"{quote(column.column)} = %s" for column in columns)
+    sql = f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s"  # noqa: S608 - names are the model's
+    rows = [[column.get_db_prep_save(getattr(memory, column.attname), connection) for column in columns]
+            + [meta.pk.get_db_prep_save(memory.pk, connection)] for memory in memories]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
 
 
 def memories_updated(memory_ids: Sequence[uuid.UUID], values: dict[str, Any], *,
