@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import socket
 import stat
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -44,8 +44,9 @@ def _same_file(fd_a: int, fd_b: int) -> bool:
 
 
 def pipes_available() -> bool:
-    """Whether stdin and stdout are pipes or sockets (the fast path applies)."""
-    return _kind(0) is not None and _kind(1) is not None
+    """Whether stdin and stdout are pipes or sockets (the fast path applies; not on Windows,
+    whose event loop has no pipe transports for inherited handles)."""
+    return sys.platform != "win32" and _kind(0) is not None and _kind(1) is not None
 
 
 class PipeLines:
@@ -100,6 +101,8 @@ class PipeText:
 
 def _claim(fd: int, diversion: int) -> int:
     """A private duplicate of ``fd`` for the protocol; ``fd`` itself now points at ``diversion``."""
+    import fcntl  # POSIX only, as is this path
+
     private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
     os.dup2(diversion, fd)
     return private
