@@ -21,7 +21,6 @@ import socket
 import stat
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
 
 MAX_LINE = 1 << 27  # bytes a message may have before it is refused as malformed (128 MiB)
 TOO_LONG = "{too long}"  # what a refused line becomes: the SDK answers it as any unparsable line
@@ -86,11 +85,13 @@ class PipeLines:
 
 
 class PipeText:
-    """stdout, in the shape ``stdio_server(stdout=...)`` writes to: ``write`` buffers on the
-    loop's transport, ``flush`` waits only while the client is not reading (back-pressure)."""
+    """stdout, in the shape ``stdio_server(stdout=...)`` writes to: ``write`` hands the text to the
+    loop's transport, ``flush`` returns once the transport holds none of it (its write buffer's
+    high-water mark is 0), so every message the SDK flushes is on the wire."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
+        writer.transport.set_write_buffer_limits(high=0)  # type: ignore[attr-defined]
 
     async def write(self, text: str) -> None:
         self._writer.write(text.encode("utf-8"))
@@ -116,35 +117,29 @@ def _restore(fd: int, private: int) -> None:
         os.close(private)
 
 
-async def _read_side(fd: int, reader: asyncio.StreamReader) -> tuple[asyncio.BaseTransport, Any]:
+async def _transport(fd: int, protocol: asyncio.BaseProtocol, *, writing: bool) -> asyncio.BaseTransport:
+    """A loop transport on ``fd``: a pipe transport on a pipe, a socket transport on a socket (a
+    write-pipe transport takes a readable socket for a closed one)."""
     loop = asyncio.get_running_loop()
-    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
     if _kind(fd) == "pipe":
-        # closefd=False: the descriptor is closed by _restore, after fd 0 points back at it.
-        pipe = os.fdopen(fd, "rb", buffering=0, closefd=False)
-        transport, _ = await loop.connect_read_pipe(lambda: protocol, pipe)
-    else:  # a socket transport (a write-pipe transport takes a readable socket for a closed one)
+        # closefd=False: the descriptor is closed by _restore, after fd 0 or 1 points back at it.
+        pipe = os.fdopen(fd, "wb" if writing else "rb", buffering=0, closefd=False)
+        connect = loop.connect_write_pipe if writing else loop.connect_read_pipe
+        transport, _ = await connect(lambda: protocol, pipe)
+    else:
         transport, _ = await loop.create_connection(lambda: protocol, sock=socket.socket(fileno=os.dup(fd)))
-    return transport, protocol
-
-
-async def _write_side(fd: int) -> tuple[Any, Any]:
-    loop = asyncio.get_running_loop()
-    flow = asyncio.streams.FlowControlMixin  # type: ignore[attr-defined]
-    if _kind(fd) == "pipe":
-        pipe = os.fdopen(fd, "wb", buffering=0, closefd=False)
-        return await loop.connect_write_pipe(lambda: flow(loop=loop), pipe)
-    return await loop.create_connection(lambda: flow(loop=loop), sock=socket.socket(fileno=os.dup(fd)))
+    return transport
 
 
 async def _connect(fd_in: int, fd_out: int) -> tuple[PipeLines, PipeText, list[asyncio.BaseTransport]]:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE, loop=loop)
-    read_transport, read_protocol = await _read_side(fd_in, reader)
-    if _kind(fd_out) == "socket" and _same_file(fd_in, fd_out):  # one socket both ways: one transport
-        write_transport, write_protocol = read_transport, read_protocol
-    else:
-        write_transport, write_protocol = await _write_side(fd_out)
+    read_protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    read_transport = await _transport(fd_in, read_protocol, writing=False)
+    write_transport, write_protocol = read_transport, read_protocol  # one socket both ways: one transport
+    if not (_kind(fd_out) == "socket" and _same_file(fd_in, fd_out)):
+        write_protocol = asyncio.streams.FlowControlMixin(loop=loop)  # type: ignore[attr-defined]
+        write_transport = await _transport(fd_out, write_protocol, writing=True)
     writer = asyncio.StreamWriter(write_transport, write_protocol, reader, loop)  # type: ignore[arg-type]
     return PipeLines(reader), PipeText(writer), [read_transport, write_transport]
 
@@ -161,9 +156,7 @@ async def pipe_stdio() -> AsyncIterator[tuple[PipeLines, PipeText]]:
     transports: list[asyncio.BaseTransport] = []
     try:
         lines, text, transports = await _connect(fd_in, fd_out)
-        yield lines, text
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(text.flush(), timeout=2)
+        yield lines, text  # every message the SDK wrote was flushed: nothing is left to write
     finally:
         for transport in dict.fromkeys(transports):
             transport.close()
