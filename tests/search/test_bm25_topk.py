@@ -161,3 +161,29 @@ def test_a_kept_impact_bounds_every_contribution_and_is_tighter() -> None:
         assert contributions.max() <= bm25.bound(term) * (1 + 1e-6) and bm25.bound(term) <= loose  # float32 sums
     (stale,) = _lists(rng, dl.size, 1, dl, bm25.avgdl * 0.9)  # avgdl grew past it: not used
     assert bm25.bound(stale) == bm25.bound(TermList(stale.rows, stale.tfs, stale.idf, stale.max_tf, stale.min_dl))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_tfs_stored_as_doubled_integers_give_bit_identical_scores(dtype: type) -> None:
+    """The text index saves tfs (multiples of 0.5) as uint8/uint16 of twice their value and scores
+    them with tf_scale 0.5: every contribution, impact and top-k score equals float32 tfs' bit for bit."""
+    rng = np.random.default_rng(7)
+    size = 5_000
+    dl = (rng.integers(2, 120, size=size) / 2).astype(np.float32)
+    bm25 = Bm25(K1, B, float(dl.mean()))
+    plain, stored = [], []
+    for length in (40, 900, 4_000):
+        rows = np.sort(rng.choice(size, size=length, replace=False)).astype(np.int32)
+        tfs = (rng.integers(1, 12, size=length) / 2).astype(np.float32)
+        idf = math.log(1 + (size - length + 0.5) / (length + 0.5))
+        doubled = (tfs * 2).astype(dtype)
+        assert np.array_equal(bm25.impacts(doubled, dl[rows], 0.5), bm25.impacts(tfs, dl[rows]))
+        plain.append(TermList(rows, tfs, idf, float(tfs.max()), float(dl[rows].min())))
+        stored.append(TermList(rows, doubled, idf, float(tfs.max()), float(dl[rows].min()), tf_scale=0.5))
+        assert np.array_equal(bm25.contribution(stored[-1], doubled, dl[rows].copy()),
+                              bm25.contribution(plain[-1], tfs, dl[rows].copy()))
+    eligible = rng.random(size) < 0.8
+    for limit in (1, 10, 100):
+        rows_plain, scores_plain = top_k(plain, bm25, dl, eligible, limit)
+        rows_stored, scores_stored = top_k(stored, bm25, dl, eligible, limit)
+        assert np.array_equal(scores_plain, scores_stored) and np.array_equal(rows_plain, rows_stored)

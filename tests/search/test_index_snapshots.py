@@ -774,12 +774,41 @@ def test_postings_added_after_a_snapshot_are_kept_apart_and_score_like_a_full_lo
     for query, hits in got.items():
         assert _ranked(reopened, query) == hits, query
     assert reopened.loaded_from == "snapshot" and term not in reopened._postings  # noqa: SLF001
-    assert reopened._snap_tfs.dtype == np.float16  # noqa: SLF001 - tfs of 0.5 steps: half the bytes, same scores
+    assert reopened._snap_tfs.dtype == np.uint8  # noqa: SLF001 - tfs of 0.5 steps: a quarter of the bytes, same scores
 
 
-def test_tfs_that_half_precision_cannot_hold_exactly_are_kept_as_they_are() -> None:
-    exact = np.array([1.0, 2.5, 4.0, 1024.0], dtype=np.float32)
-    assert text_index._narrowed(exact).dtype == np.float16  # noqa: SLF001
-    for weighted in ([1.0, 1.3], [1.0, 2049.0]):  # a context weight of 0.3; a tf past float16's integers
+def test_tfs_are_saved_as_doubled_integers_when_exact_and_as_they_are_otherwise() -> None:
+    halves = np.array([1.0, 2.5, 4.0, 127.5], dtype=np.float32)
+    assert text_index._narrowed(halves).tolist() == [2, 5, 8, 255]  # noqa: SLF001
+    assert text_index._narrowed(halves).dtype == np.uint8  # noqa: SLF001
+    wider = np.array([1.0, 2.5, 128.0, 32767.5], dtype=np.float32)
+    assert text_index._narrowed(wider).dtype == np.uint16  # noqa: SLF001
+    assert text_index._narrowed(wider).tolist() == [2, 5, 256, 65535]  # noqa: SLF001
+    for weighted in ([1.0, 1.3], [1.0, 32768.0], [-0.5, 1.0]):  # a context weight of 0.3; past uint16; negative
         tfs = np.array(weighted, dtype=np.float32)
         assert text_index._narrowed(tfs) is tfs  # noqa: SLF001
+    many = np.full(text_index._NARROW_CHUNK + 3, 1.5, dtype=np.float32)  # noqa: SLF001 - across a chunk's edge
+    many[-1] = 0.3
+    assert text_index._narrowed(many) is many  # noqa: SLF001
+    many[-1] = 3.0
+    assert text_index._narrowed(many).dtype == np.uint8 and text_index._narrowed(many)[-1] == 6  # noqa: SLF001
+
+
+def test_a_snapshot_with_float16_tfs_from_an_older_release_is_read_with_the_same_scores(  # noqa: ANN001
+        hash_embedder, snapshot_dir, monkeypatch) -> None:
+    """Snapshots written before the uint8 tfs held float16: they are still opened (not rebuilt),
+    score the same, and the next snapshot is written in the new form."""
+    _store(hash_embedder)
+    loaded = _text_index()
+    queries = ("lighthouse keeper", "storm", "lighthouse railing")
+    expected = {q: _ranked(loaded, q) for q in queries}
+    with monkeypatch.context() as patched:
+        patched.setattr(text_index, "_narrowed", lambda tfs: tfs.astype(np.float16))
+        _saved(loaded)
+    opened = _text_index()
+    assert {q: _ranked(opened, q) for q in queries} == expected
+    assert opened.loaded_from == "snapshot" and opened._snap_tfs.dtype == np.float16  # noqa: SLF001
+    _saved(opened)
+    reopened = _text_index()
+    assert {q: _ranked(reopened, q) for q in queries} == expected
+    assert reopened.loaded_from == "snapshot" and reopened._snap_tfs.dtype == np.uint8  # noqa: SLF001
