@@ -106,7 +106,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--keep-store", type=Path, default=None, metavar="DIR",
         help="build the store in DIR (a new directory) and keep it afterwards, with its index snapshots, to "
-        "profile or rerun bench/cold_start.py against it (BHGBRAIN_CONFIG=DIR/config.json); one size, SQLite only",
+        "profile or rerun bench/cold_start.py against it (BHGBRAIN_CONFIG=DIR/config.json); one size. With a "
+        "postgres:// --database-url the bhgbrain_lat_<pid> database is kept too, its URL in DIR/database_url "
+        "(export it as DATABASE_URL; drop the database by hand when done)",
     )
     parser.add_argument(
         "--database-url", default=None, metavar="URL",
@@ -116,8 +118,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.namespaces < 1 or args.sentences < 100 or args.queries < 2:
         parser.error("--namespaces must be >= 1, --sentences >= 100, --queries >= 2")
-    if args.keep_store is not None and (len(args.sizes) != 1 or args.database_url or args.keep_store.exists()):
-        parser.error("--keep-store takes a new directory, one size and no --database-url")
+    if args.keep_store is not None and (len(args.sizes) != 1 or args.keep_store.exists()):
+        parser.error("--keep-store takes a new directory and one size")
     return args
 
 
@@ -466,8 +468,9 @@ def _replace_database(url: str, name: str) -> str:
 
 
 @contextmanager
-def dedicated_postgres(admin_url: str) -> Iterator[str]:
-    """Create ``bhgbrain_lat_<pid>`` on the server in ``admin_url``, yield its URL, then drop it."""
+def dedicated_postgres(admin_url: str, *, keep: bool = False) -> Iterator[str]:
+    """Create ``bhgbrain_lat_<pid>`` on the server in ``admin_url``, yield its URL, then drop it
+    (unless ``keep``)."""
     import psycopg
     from psycopg import sql
 
@@ -481,14 +484,15 @@ def dedicated_postgres(admin_url: str) -> Iterator[str]:
             from django.db import connections
 
             connections.close_all()
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        if not keep:
+            with psycopg.connect(admin_url, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
 
 
 @contextmanager
-def database_url(url: str | None) -> Iterator[str | None]:
+def database_url(url: str | None, *, keep: bool = False) -> Iterator[str | None]:
     if url and urlsplit(url).scheme in ("postgres", "postgresql"):
-        with dedicated_postgres(url) as bench_url:
+        with dedicated_postgres(url, keep=keep) as bench_url:
             yield bench_url
     else:
         yield url
@@ -1185,7 +1189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.keep_store.mkdir(parents=True)
     home = args.keep_store or Path(tempfile.mkdtemp(prefix="bhgbrain-lat-"))
     try:
-        with database_url(args.database_url) as db_url:
+        with database_url(args.database_url, keep=args.keep_store is not None) as db_url:
+            if args.keep_store is not None and db_url:
+                (args.keep_store / "database_url").write_text(db_url + "\n")
             setup_django(home, db_url)
             results = run(args)
     finally:

@@ -114,6 +114,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "cached sentence vectors)")
     parser.add_argument("--sentences", type=int, default=3000)
     parser.add_argument("--namespaces", type=int, default=1, help="the store's namespaces; default 1")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="HTTP worker processes of the server (bhgbrain server start --workers); default 1. "
+                        "With more than one, MCP over HTTP is stateless (docs/operations.md, \"Several workers\")")
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON here (bench/suite.py)")
     args = parser.parse_args(argv)
     args.sizes = args.sizes or ([1000] if args.quick else [1000, 10000, 100000])
@@ -123,9 +126,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.modes = [m for m in args.modes.split(",") if m]
     args.transports = [IN_PROCESS] + [t for t in args.transports.split(",") if t and t != IN_PROCESS]
     unknown = set(args.modes) - set(MODES) | set(args.transports) - set(TRANSPORTS)
-    if unknown or args.queries < 2 or min(args.clients) < 1 or not 1 <= args.rounds <= args.queries:
+    if unknown or args.queries < 2 or min(args.clients) < 1 or not 1 <= args.rounds <= args.queries or \
+            not 1 <= args.workers <= 64:
         parser.error(f"unknown modes/transports {sorted(unknown)}, or --queries < 2, a client count < 1, "
-                     "or --rounds not in 1..queries")
+                     "--rounds not in 1..queries, or --workers not in 1..64")
     return args
 
 
@@ -182,6 +186,23 @@ class Timing:
         return {**record, "per_s": len(self.latencies) / self.wall_s if self.wall_s else 0.0, "errors": dict(self.errors),
                 "load_before": self.load_before, "load_after": self.load_after,
                 "client_cpu_ms": 1e3 * self.client_cpu_s / done, "server_cpu_ms": 1e3 * self.server_cpu_s / done}
+
+
+def with_descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (a multi-worker server's workers)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        found.append(current)
+        queue.extend(children.get(current, []))
+    return found
 
 
 def cpu_s(pids: Sequence[int]) -> float:
@@ -420,7 +441,7 @@ async def measure(args: argparse.Namespace, size: int, url: str, server_pid: int
         for mode in args.modes:  # in-process warm-up: this process's indexes and model
             await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), warm_questions, 1)
         warm_s = await warm(clients, remote, args.modes, warm_questions)
-        servers = {transport: [server_pid] for transport in SERVED} | {MCP_STDIO: stdio_pids(config)}
+        servers = {transport: with_descendants(server_pid) for transport in SERVED} | {MCP_STDIO: stdio_pids(config)}
         log(f"[{size}] warmed: " + ", ".join(f"{t} {s:.1f} s" for t, s in warm_s.items()))
 
         async def group(variant: str, mode: str, count: int, asked: dict[str, list[str]]) -> None:
@@ -468,7 +489,7 @@ async def measure(args: argparse.Namespace, size: int, url: str, server_pid: int
             cell = (await async_cell(senders, ["health"] * args.queries)).record()
             health_cells.append({"transport": HEALTH, "clients": count, **cell})
             log(f"[{size}] /health {count} client(s) {short(cell)}")
-        rss = {"server": rss_mib(server_pid),
+        rss = {"server": sum(rss_mib(pid) for pid in with_descendants(server_pid)),
                "a_stdio_process": server_rss_mib(config) if MCP_STDIO in args.transports else None}
     return {"cells": cells, "health": health_cells, "warm_s": warm_s, "stdio_startup_s": clients.stdio_startup_s,
             "rss_mib": rss}
@@ -545,7 +566,7 @@ def run_size(args: argparse.Namespace, home: Path, size: int, first: bool) -> di
     questions = Questions(needed(args), args.seed * 1000 + size)
     env = {k: v for k, v in os.environ.items() if k not in ("BHGBRAIN_WORKERS", "PROMETHEUS_MULTIPROC_DIR")}
     load_before = load_average()
-    proc, url = start_server(home, 1, env)  # scheduler off (start_server's default)
+    proc, url = start_server(home, args.workers, env)  # scheduler off (start_server's default)
     try:
         with open(home / f"stdio-{size}.log", "w") as errlog:
             measured = asyncio.run(measure(args, size, url, proc.pid, home / "config.json", namespaces[0], questions,
@@ -644,7 +665,8 @@ def report(data: dict[str, Any], markdown: bool) -> str:
            f"- commit: {data['revision']}", f"- machine: {data['machine']}", f"- started {data['started']} (UTC); "
            f"load average {data['load_before']} at start, {data['load_after']} at end",
            f"- {data['run']['queries']} timed requests per cell, {data['run']['cached']} cached questions, "
-           f"clients {data['run']['clients']}, MCP stdio sessions: {data['run']['stdio_sessions']}; one server worker, "
+           f"clients {data['run']['clients']}, MCP stdio sessions: {data['run']['stdio_sessions']}; "
+           f"server workers: {data['run'].get('workers', 1)}, "
            "scheduler off, no rate limit; overhead = the transport's percentile minus the in-process call's"]
     for result in data["sizes"]:
         out += ["", f"{'## ' if markdown else ''}{result['size']} memories (load average {result['load_before']} before, "
@@ -654,7 +676,7 @@ def report(data: dict[str, Any], markdown: bool) -> str:
                        f"{', '.join(f'{s:.2f}' for s in result['stdio_startup_s'])} s; warm-up "
                        + ", ".join(f"{t} {s:.1f} s" for t, s in result["warm_s"].items()))
         rss = result["rss_mib"]
-        out.append(f"RSS at the end: the server {rss['server']:.0f} MiB"
+        out.append(f"RSS at the end: the server {rss['server']:.0f} MiB (its processes together)"
                    + (f", one MCP stdio process {rss['a_stdio_process']:.0f} MiB" if rss.get("a_stdio_process") else ""))
         for variant in VARIANTS:
             for clients in data["run"]["clients"]:
@@ -688,7 +710,8 @@ def run(args: argparse.Namespace, home: Path) -> dict[str, Any]:
             "load_before": load_before, "load_after": load_average(),
             "run": {"sizes": args.sizes, "clients": args.clients, "modes": args.modes, "transports": args.transports,
                     "queries": args.queries, "cached": args.cached, "warmup": args.warmup, "seed": args.seed,
-                    "stdio_sessions": args.stdio_sessions, "rounds": args.rounds, "namespaces": args.namespaces, "limit": LIMIT},
+                    "stdio_sessions": args.stdio_sessions, "rounds": args.rounds, "workers": args.workers,
+                    "namespaces": args.namespaces, "limit": LIMIT},
             "sizes": sizes}
 
 

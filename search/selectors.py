@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from bhgbrain_site.errors import EmbeddingUnavailable
 from memories.embeddings import calibrate, embed_query, get_embedder
+from memories.loading import memories_by_id
 from memories.models import Memory
 from memories.qdrant_index import QdrantVectorIndex, SparseVectorsMissing
 from memories.selectors import expiring_soon, inactive_reason, iso, turn_to_dict
@@ -217,7 +218,7 @@ def _remote(missing: list[str], namespace: str) -> dict[uuid.UUID, Memory]:
 
 def _attach(items: list[Scored], *, namespace: str, now: datetime) -> list[Scored]:
     """Load the rows; re-check namespace, archive and expiry on the DB side."""
-    rows = Memory.objects.defer("embedding").in_bulk([uuid.UUID(i.memory_id) for i in items])
+    rows = memories_by_id([uuid.UUID(i.memory_id) for i in items])
     rows.update(_remote([i.memory_id for i in items if uuid.UUID(i.memory_id) not in rows], namespace))
     kept = []
     for item in items:
