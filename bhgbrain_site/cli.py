@@ -68,8 +68,18 @@ def store_is_current() -> bool:
         pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
     except (DatabaseError, MigrationSchemaMissing, ValueError, LookupError):
         return False  # `migrate` itself will say what is wrong
-    caches = [c.get("LOCATION") for c in settings.CACHES.values() if c["BACKEND"].endswith("db.DatabaseCache")]
-    return not pending and all(table in tables for table in caches)
+    return not pending and all(table in tables for table in _database_cache_tables(settings.CACHES))
+
+
+def _database_cache_tables(caches: dict[str, dict[str, Any]]) -> list[str]:
+    """The tables of the database caches `createcachetable` creates: any subclass of Django's,
+    ours included (bhgbrain_site.cache.CounterDatabaseCache: the rate limits of several workers;
+    a name test missed it, so a store first served by one worker got no table and every
+    request of a multi-worker server failed)."""
+    from django.core.cache.backends.db import BaseDatabaseCache
+    from django.utils.module_loading import import_string
+
+    return [str(c["LOCATION"]) for c in caches.values() if issubclass(import_string(c["BACKEND"]), BaseDatabaseCache)]
 
 
 # `bhgbrain manage <these>` inspect or change the migrations themselves: never migrate first

@@ -58,3 +58,12 @@ def test_a_store_without_its_cache_table_is_not_current(settings) -> None:  # no
     settings.CACHES = {**settings.CACHES, "ratelimit": {"BACKEND": "django.core.cache.backends.db.DatabaseCache",
                                                         "LOCATION": "bhgbrain_no_such_table"}}
     assert not store_is_current()
+
+
+@pytest.mark.django_db
+def test_a_store_without_the_table_of_several_workers_rate_limits_is_not_current(settings) -> None:  # noqa: ANN001
+    """A store migrated while one worker served it has no rate-limit table; started with several
+    workers (our counter-safe database cache) it must be brought up to date, not served as is."""
+    settings.CACHES = {**settings.CACHES, "ratelimit": {"BACKEND": "bhgbrain_site.cache.CounterDatabaseCache",
+                                                        "LOCATION": "bhgbrain_no_such_table"}}
+    assert not store_is_current()
