@@ -29,18 +29,23 @@ _SLACK = 1e-5  # float32 sums in another order differ in the last bits: prune on
 @dataclass(frozen=True)
 class TermList:
     rows: np.ndarray  # int32, ascending
-    tfs: np.ndarray  # one per row: the tf itself (float32), or stored narrower, see tf_scale
+    tfs: np.ndarray  # one per row, as stored: see tf_scale
     idf: float
     max_tf: float  # a tf, not a stored value
     min_dl: float
     impact: tuple[float, float] | None = None  # (avgdl A, the largest impact over the list at A)
-    tf_scale: float = 1.0  # a posting's tf is its stored value × this (a power of two: see Bm25)
+
+
+def tf_scale(tfs: np.ndarray) -> float:
+    """What a stored tf is multiplied by to give the tf: unsigned integers hold twice each tf (the
+    text index saves its tfs, multiples of 0.5, so: search/text_index.py), floats the tf itself."""
+    return 0.5 if tfs.dtype.kind == "u" else 1.0
 
 
 @dataclass(frozen=True)
 class Bm25:
     """BM25 over float32 arrays. Stored tfs may be scaled integers (``tf = q × s``, ``s`` a power
-    of two: uint8 halves, search/text_index.py), since float32 arithmetic on them is ~7× faster
+    of two: :func:`tf_scale`), since float32 arithmetic on them is ~7× faster
     than on float16 and exact: tf / (tf + n) is computed as q / (q + n / s), and scaling by a
     power of two commutes with float32 rounding, so every score is bit-identical."""
 
@@ -48,9 +53,9 @@ class Bm25:
     b: float
     avgdl: float
 
-    def _norm(self, dl: np.ndarray, tf_scale: float) -> np.ndarray:
-        """k1 (1 - b + b · dl / avgdl) / tf_scale, in place in ``dl``."""
-        inverse = np.float32(1 / tf_scale)  # a power of two: the constants below stay exact
+    def _norm(self, dl: np.ndarray, scale: float) -> np.ndarray:
+        """k1 (1 - b + b · dl / avgdl) / scale, in place in ``dl``."""
+        inverse = np.float32(1 / scale)  # a power of two: the constants below stay exact
         dl *= np.float32(self.k1 * self.b / self.avgdl) * inverse
         dl += np.float32(self.k1 * (1 - self.b)) * inverse
         return dl
@@ -59,16 +64,16 @@ class Bm25:
         """idf × tf × (k1 + 1) / (tf + k1 (1 - b + b · dl / avgdl)) for the stored ``tfs`` of
         ``term``, in place in ``dl`` (a gathered copy): one temporary instead of seven over lists
         of a million postings."""
-        dl = self._norm(dl, term.tf_scale)
+        dl = self._norm(dl, tf_scale(tfs))
         dl += tfs
         np.divide(tfs, dl, out=dl)
         dl *= np.float32(term.idf * (self.k1 + 1))
         return dl
 
-    def impacts(self, tfs: np.ndarray, dl: np.ndarray, tf_scale: float = 1.0) -> np.ndarray:
+    def impacts(self, tfs: np.ndarray, dl: np.ndarray) -> np.ndarray:
         """tf / (tf + k1 (1 - b + b · dl / avgdl)) per posting (stored ``tfs``, see the class): the
         contribution without idf × (k1 + 1)."""
-        norm = self._norm(dl.astype(np.float32), tf_scale)
+        norm = self._norm(dl.astype(np.float32), tf_scale(tfs))
         norm += tfs
         return np.divide(tfs, norm, out=norm)
 

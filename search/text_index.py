@@ -40,7 +40,7 @@ from memories.eligible import EligibleRows
 from memories.feed import FeedReader, discarded_on_failure, let_waiters_in
 from memories.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.text import ANALYZER_VERSION
-from search.bm25_topk import Bm25, TermList, top_k
+from search.bm25_topk import Bm25, TermList, tf_scale, top_k
 
 _INF = math.inf
 # A list this long keeps its largest impact (search/bm25_topk.py: a tight bound prunes earlier),
@@ -53,12 +53,10 @@ IMPACT_AVGDL_HEADROOM = 1.05
 PRIME_MIN_POSTINGS = IMPACT_MIN_POSTINGS
 PRIME_MIN_SHARE = 0.05
 PRIME_NAMESPACES = 8
-# A snapshot's stored posting tfs: the dtypes read, and the scale of each (tf = stored × scale).
-# float16 is what snapshots before uint8 held: still read, rewritten at the next snapshot.
-_TF_SCALES: dict[np.dtype, float] = {np.dtype(np.float32): 1.0, np.dtype(np.float16): 1.0,
-                                     np.dtype(np.uint8): 0.5, np.dtype(np.uint16): 0.5}
+# The dtypes a snapshot's posting tfs are read in (bm25_topk.tf_scale: what each stored value
+# means). float16 is what snapshots before uint8 held: still read, rewritten at the next snapshot.
+_STORED_TFS = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.uint8, np.uint16))
 _NARROW_CHUNK = 1 << 22  # postings checked and converted at a time (bounded temporaries at capture)
-Part = tuple[str, np.ndarray, np.ndarray, float]  # (statistics key, rows, stored tfs, tf scale)
 _TAIL = "\x00+"  # the statistics key of a term's postings added in RAM beside its snapshot list (no term holds NUL)
 _SELECT = {
     # SQLite: the analyzed text FTS5 stores; PostgreSQL: the token arrays of memory_search
@@ -114,7 +112,6 @@ class TextIndex:
         self._snap_terms: dict[str, int] = {}
         self._snap_rows = np.zeros(0, dtype=np.int32)
         self._snap_tfs = np.zeros(0, dtype=np.float32)
-        self._snap_tf_scale = 1.0  # a mapped posting's tf is its stored value × this (see _narrowed)
         self._snap_offsets = np.zeros(1, dtype=np.int64)
         self._codes: dict[str, int] = {}
         self._dead = 0
@@ -192,21 +189,21 @@ class TextIndex:
             posting = self._postings[term] = (array("i"), array("f"))
         return posting
 
-    def _parts(self, term: str) -> list[Part]:
-        """The term's posting lists as (statistics key, rows, stored tfs, tf scale) views: the
-        snapshot's list and the RAM one. A row is in one of them only (rows are appended, never re-numbered), so they
+    def _parts(self, term: str) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """The term's posting lists as (statistics key, rows, stored tfs) views: the snapshot's list
+        and the RAM one. A row is in one of them only (rows are appended, never re-numbered), so they
         are scored as two lists of the same term; the RAM list of a term the snapshot also has
         keeps its statistics under its own key. Index lock held; views end with the caller's hold
         (an in-RAM list cannot grow while a view of it lives)."""
-        parts: list[Part] = []
+        parts: list[tuple[str, np.ndarray, np.ndarray]] = []
         index = self._snap_terms.get(term)
         if index is not None:
             start, stop = int(self._snap_offsets[index]), int(self._snap_offsets[index + 1])
-            parts.append((term, self._snap_rows[start:stop], self._snap_tfs[start:stop], self._snap_tf_scale))
+            parts.append((term, self._snap_rows[start:stop], self._snap_tfs[start:stop]))
         posting = self._postings.get(term)
         if posting is not None and len(posting[0]):
             parts.append((term + _TAIL if parts else term, np.frombuffer(posting[0], dtype=np.int32),
-                          np.frombuffer(posting[1], dtype=np.float32), 1.0))
+                          np.frombuffer(posting[1], dtype=np.float32)))
         return parts
 
     def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
@@ -216,8 +213,8 @@ class TextIndex:
         if not parts:
             return None
         if len(parts) == 1:
-            return parts[0][1], _tfs(parts[0])
-        return np.concatenate([part[1] for part in parts]), np.concatenate([_tfs(part) for part in parts])
+            return parts[0][1], _tfs(parts[0][2])
+        return np.concatenate([rows for _, rows, _ in parts]), np.concatenate([_tfs(tfs) for _, _, tfs in parts])
 
     def _drop(self, memory_id: str) -> None:
         row = self._row_ids.row(memory_id)
@@ -296,14 +293,13 @@ class TextIndex:
         lists: list[TermList] = []
         for term in terms:
             parts = self._parts(term)
-            df = sum(self._doc_frequency(ns_code, key, rows) for key, rows, _, _ in parts)
+            df = sum(self._doc_frequency(ns_code, key, rows) for key, rows, _ in parts)
             if df == 0:
                 continue
             idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
-            for key, rows, tfs, scale in parts:
-                max_tf, min_dl = self._list_stats(key, rows, tfs, scale)
-                lists.append(TermList(rows, tfs, idf, max_tf, min_dl, self._list_impact(key, rows, tfs, scale, avgdl),
-                                      scale))
+            for key, rows, tfs in parts:
+                max_tf, min_dl = self._list_stats(key, rows, tfs)
+                lists.append(TermList(rows, tfs, idf, max_tf, min_dl, self._list_impact(key, rows, tfs, avgdl)))
         if not lists:
             return []
         bm25 = Bm25(self.k1, self.b, avgdl)
@@ -332,18 +328,17 @@ class TextIndex:
         self._df[(ns_code, term)] = (df, rows.size, len(self._deaths))
         return df
 
-    def _list_stats(self, term: str, rows: np.ndarray, tfs: np.ndarray, scale: float) -> tuple[float, float]:
+    def _list_stats(self, term: str, rows: np.ndarray, tfs: np.ndarray) -> tuple[float, float]:
         """The list's largest tf and shortest row (for the term's score bound), kept as it grows."""
         seen, max_tf, min_dl = self._term_stats.get(term, (0, 0.0, math.inf))
         if seen < rows.size:
             dl = np.frombuffer(self._dl, dtype=np.float32)
-            max_tf = max(max_tf, float(tfs[seen:].max()) * scale)
+            max_tf = max(max_tf, float(tfs[seen:].max()) * tf_scale(tfs))
             min_dl = min(min_dl, float(dl[rows[seen:]].min()))
             self._term_stats[term] = (rows.size, max_tf, min_dl)
         return max_tf, min_dl
 
-    def _list_impact(self, term: str, rows: np.ndarray, tfs: np.ndarray, scale: float,
-                     avgdl: float) -> tuple[float, float] | None:
+    def _list_impact(self, term: str, rows: np.ndarray, tfs: np.ndarray, avgdl: float) -> tuple[float, float] | None:
         """The term's largest impact over its postings at an avgdl a little above ``avgdl``
         (search/bm25_topk.py): kept as the list grows, recomputed when avgdl passes it. Short
         lists go without (their loose bound costs little)."""
@@ -358,7 +353,7 @@ class TextIndex:
             seen, at, best = cached
         if seen < rows.size:
             reference = Bm25(self.k1, self.b, at)
-            best = max(best, float(reference.impacts(tfs[seen:], np.take(dl, rows[seen:]), scale).max()))
+            best = max(best, float(reference.impacts(tfs[seen:], np.take(dl, rows[seen:])).max()))
             self._impacts[term] = (rows.size, at, best)
         return at, best
 
@@ -394,7 +389,7 @@ class TextIndex:
         if any(arrays.get(key) is None or len(arrays[key]) != len(ids.base) for key, _, _ in self._COLUMNS) or \
                 offsets is None or len(offsets) != len(terms) + 1 or \
                 not len(arrays.get("post_rows", ())) == len(arrays.get("post_tfs", ())) == int(offsets[-1]) or \
-                arrays.get("post_tfs", offsets).dtype not in _TF_SCALES:
+                arrays.get("post_tfs", offsets).dtype not in _STORED_TFS:
             snapshots.logger.warning("text index: snapshot arrays disagree in length, loading from the database")
             return False
         self._reset()
@@ -405,7 +400,6 @@ class TextIndex:
         self._dead = int(snapshot.meta["dead"])
         self._snap_terms = dict(zip(terms, range(len(terms)), strict=True))
         self._snap_rows, self._snap_tfs, self._snap_offsets = arrays["post_rows"], arrays["post_tfs"], offsets
-        self._snap_tf_scale = _TF_SCALES[self._snap_tfs.dtype]
         self._count_namespaces()
         self._feed.resume(snapshot.position.change_id, snapshot.position.memory_id)
         self._loaded, self.loaded_from = True, "snapshot"
@@ -455,10 +449,10 @@ class TextIndex:
 
     def _prime_term(self, term: str, namespaces: list[tuple[int, float]]) -> None:
         """One term's statistics (its views of the posting arrays end with this call). Index lock held."""
-        for key, rows, tfs, scale in self._parts(term):
-            self._list_stats(key, rows, tfs, scale)
+        for key, rows, tfs in self._parts(term):
+            self._list_stats(key, rows, tfs)
             if namespaces:
-                self._list_impact(key, rows, tfs, scale, max(avgdl for _, avgdl in namespaces))
+                self._list_impact(key, rows, tfs, max(avgdl for _, avgdl in namespaces))
             for code, _ in namespaces:
                 self._doc_frequency(code, key, rows)
 
@@ -471,9 +465,9 @@ class TextIndex:
         offsets = np.zeros(len(terms) + 1, dtype=np.int64)
         for position, term in enumerate(terms, start=1):
             parts = self._parts(term)
-            rows.extend(part[1] for part in parts)
-            tfs.extend(_tfs(part) for part in parts)
-            offsets[position] = offsets[position - 1] + sum(len(part[1]) for part in parts)
+            rows.extend(part_rows for _, part_rows, _ in parts)
+            tfs.extend(_tfs(part_tfs) for _, _, part_tfs in parts)
+            offsets[position] = offsets[position - 1] + sum(len(part_rows) for _, part_rows, _ in parts)
         if not rows:
             return terms, np.zeros(0, np.int32), np.zeros(0, np.float32), offsets
         merged = terms, np.concatenate(rows), np.concatenate(tfs), offsets
@@ -518,12 +512,11 @@ class TextIndex:
         return self._keeper
 
 
-def _tfs(part: Part) -> np.ndarray:
-    """A part's tfs as float32 tfs (a copy when they are stored scaled or narrower)."""
-    _, _, tfs, scale = part
-    if scale == 1.0 and tfs.dtype == np.float32:
-        return tfs
-    return tfs.astype(np.float32) * np.float32(scale)
+def _tfs(stored: np.ndarray) -> np.ndarray:
+    """Stored tfs as float32 tfs (a copy when they are stored scaled or narrower)."""
+    if stored.dtype == np.float32:
+        return stored
+    return stored.astype(np.float32) * np.float32(tf_scale(stored))
 
 
 def _narrowed(tfs: np.ndarray) -> np.ndarray:

@@ -166,7 +166,7 @@ def test_a_kept_impact_bounds_every_contribution_and_is_tighter() -> None:
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
 def test_tfs_stored_as_doubled_integers_give_bit_identical_scores(dtype: type) -> None:
     """The text index saves tfs (multiples of 0.5) as uint8/uint16 of twice their value and scores
-    them with tf_scale 0.5: every contribution, impact and top-k score equals float32 tfs' bit for bit."""
+    them with bm25_topk.tf_scale 0.5: every contribution, impact and top-k score equals float32 tfs' bit for bit."""
     rng = np.random.default_rng(7)
     size = 5_000
     dl = (rng.integers(2, 120, size=size) / 2).astype(np.float32)
@@ -177,9 +177,9 @@ def test_tfs_stored_as_doubled_integers_give_bit_identical_scores(dtype: type) -
         tfs = (rng.integers(1, 12, size=length) / 2).astype(np.float32)
         idf = math.log(1 + (size - length + 0.5) / (length + 0.5))
         doubled = (tfs * 2).astype(dtype)
-        assert np.array_equal(bm25.impacts(doubled, dl[rows], 0.5), bm25.impacts(tfs, dl[rows]))
+        assert np.array_equal(bm25.impacts(doubled, dl[rows]), bm25.impacts(tfs, dl[rows]))
         plain.append(TermList(rows, tfs, idf, float(tfs.max()), float(dl[rows].min())))
-        stored.append(TermList(rows, doubled, idf, float(tfs.max()), float(dl[rows].min()), tf_scale=0.5))
+        stored.append(TermList(rows, doubled, idf, float(tfs.max()), float(dl[rows].min())))
         assert np.array_equal(bm25.contribution(stored[-1], doubled, dl[rows].copy()),
                               bm25.contribution(plain[-1], tfs, dl[rows].copy()))
     eligible = rng.random(size) < 0.8
