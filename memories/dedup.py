@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from memories.embeddings import Embedder, calibrate, from_bytes
+from memories.loading import memories_by_id
 from memories.models import Memory, Operation
 from memories.text import stem
 from memories.vector_index import get_vector_index
@@ -193,7 +194,7 @@ def semantic_match(vector: np.ndarray, embedder: Embedder, content: str, *, name
     UPDATE, the same words are NOOP or UPDATE by similarity.
     """
     hits = _candidates(vector, embedder.model_id, namespace, collection, now)
-    found = Memory.objects.defer("embedding").in_bulk([h.memory_id for h in hits]) if hits else {}
+    found = memories_by_id([uuid.UUID(h.memory_id) for h in hits])
     base = settings.BHGBRAIN.deduplication.similarity_threshold
     for hit in hits:
         candidate = found.get(uuid.UUID(hit.memory_id))

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from bhgbrain_site.errors import EmbeddingUnavailable
 from memories.embeddings import Embedder, calibrate, embed_query, get_embedder
-from memories.models import Memory
+from memories.loading import memories_by_id
 from memories.vector_index import get_vector_index
 from search.selectors import Scored, apply_priors, default_params, fulltext_hits, fuse
 
@@ -65,7 +65,7 @@ def memory_ids_ranked(*, query: str, namespaces: Sequence[str], limit: int) -> l
         text = fulltext_hits(query, namespace=namespace, collection=None, limit=depth, now=now)
         fused.extend(item for item in fuse(_semantic(vector, namespace, depth, now), text, params)[:limit]
                      if _relevant(item, gate))
-    rows = Memory.objects.defer("embedding").in_bulk([uuid.UUID(item.memory_id) for item in fused])
+    rows = memories_by_id([uuid.UUID(item.memory_id) for item in fused])
     kept = []
     for item in fused:
         item.memory = rows.get(uuid.UUID(item.memory_id))
