@@ -5,15 +5,19 @@ namespace) one real server is started (``bhgbrain server start``, one worker, sc
 no rate limit, loopback: no token) and the same kind of queries are sent
 
 - in-process: ``registry.call_tool("search", …)`` in this process (Django on the same database);
-- ``POST /tool/search`` (one kept-alive ``httpx.AsyncClient`` per client);
+- ``POST /tool/search`` (one kept-alive HTTP connection per client: ``--http-client lean``, the
+  default, is bench/lean_http.py, ~0.25 ms of client CPU a request; ``httpx`` is one
+  ``httpx.AsyncClient``, ~1.1 ms: the difference is the client library's, not the transport's);
 - REST: ``POST /api/search/`` (the DRF viewset; kept alive the same way);
 - MCP HTTP: a real ``mcp`` SDK session per client over streamable HTTP ``/mcp``;
-- MCP HTTP raw: the same kind of session on ``/mcp`` spoken as plain JSON-RPC over httpx (no SDK
-  client: no task pipeline, no per-result schema validation), which splits the SDK row's overhead
-  into the server's MCP cost and the Python client library's;
+- MCP HTTP raw: the same kind of session on ``/mcp`` spoken as plain JSON-RPC over the same HTTP
+  client (no SDK client: no task pipeline, no per-result schema validation), which splits the SDK
+  row's overhead into the server's MCP cost and the Python client library's;
 - MCP stdio: a real ``mcp`` SDK ``stdio_client`` per client, each its own
   ``bhgbrain --config=… server start --stdio`` process as Claude Desktop starts it
   (``--stdio-sessions shared``: one process, the clients' calls in flight on one session);
+- MCP stdio raw: the same process spoken to as JSON-RPC lines on its pipes, with no SDK client:
+  the server's share of the stdio row;
 
 in ``fulltext``, ``semantic`` and ``hybrid`` mode, with one client and with 8 clients sending
 back to back, plus ``GET /health``. Printed: p50/p95/p99 per request, requests/s, and the
@@ -70,6 +74,7 @@ sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 import httpx  # noqa: E402
 import search_latency as lat  # noqa: E402 - store set-up, questions and machine facts are shared
+from lean_http import LeanHTTP  # noqa: E402
 from load import CallFailed, http_transport, mcp_session_calls, mcp_transport, percentiles  # noqa: E402
 from machine import load_average  # noqa: E402
 from mcp_initialize import server_rss_mib, stdio_parameters, stdio_pids, write_snapshots  # noqa: E402
@@ -78,7 +83,9 @@ from workers_load import preload_store, rss_mib, start_server, stop_server  # no
 RESULTS = REPO_ROOT / "bench" / "results"
 IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_STDIO, HEALTH = "in-process", "/tool", "REST", "MCP HTTP", "MCP stdio", "/health"
 MCP_RAW = "MCP HTTP raw"  # the same /mcp session without the Python SDK client: the server's share of MCP HTTP
-TRANSPORTS = (IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_RAW, MCP_STDIO)
+STDIO_RAW = "MCP stdio raw"  # the same for stdio: JSON-RPC lines on the process's pipes
+TRANSPORTS = (IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_RAW, MCP_STDIO, STDIO_RAW)
+HTTP_CLIENTS = ("lean", "httpx")
 SERVED = (TOOL, REST, MCP_HTTP, MCP_RAW)  # answered by the one HTTP server (stdio: processes of their own)
 MODES = ("fulltext", "semantic", "hybrid")
 VARIANTS = ("fresh", "cached")
@@ -91,6 +98,7 @@ CONCURRENT_FACTOR = 2.0  # overhead with 8 clients / overhead with one
 HEALTH_P50_MS = 2.0
 
 Send = Callable[[str], Awaitable[Any]]  # one request for a question
+HTTPClient = Any  # LeanHTTP or httpx.AsyncClient: post(path, json=, headers=), get(path, params=)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -117,6 +125,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1,
                         help="HTTP worker processes of the server (bhgbrain server start --workers); default 1. "
                         "With more than one, MCP over HTTP is stateless (docs/operations.md, \"Several workers\")")
+    parser.add_argument("--http-client", choices=HTTP_CLIENTS, default="lean",
+                        help="the client of /tool, REST, raw MCP and /health: lean (bench/lean_http.py, default) or "
+                        "httpx (about 0.9 ms more client CPU per request); the MCP SDK rows use the SDK's own")
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON here (bench/suite.py)")
     args = parser.parse_args(argv)
     args.sizes = args.sizes or ([1000] if args.quick else [1000, 10000, 100000])
@@ -232,7 +243,7 @@ async def async_cell(senders: Sequence[Send], questions: Sequence[str], into: Ti
             started = time.perf_counter()
             try:
                 await send(question)
-            except (CallFailed, httpx.HTTPError, OSError, RuntimeError) as exc:
+            except (CallFailed, httpx.HTTPError, OSError, EOFError, RuntimeError) as exc:
                 errors[getattr(exc, "code", type(exc).__name__)] += 1
                 continue
             latencies.append((time.perf_counter() - started) * 1e3)
@@ -298,14 +309,14 @@ def in_process_call(namespace: str, mode: str) -> Callable[[str], Any]:
     return lambda question: call_tool("search", search_body(question, namespace, mode), context)
 
 
-async def rest_search(client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+async def rest_search(client: HTTPClient, body: dict[str, Any]) -> dict[str, Any]:
     response = await client.post("/api/search/", json=body)
     if response.status_code != 200:
         raise CallFailed(f"{response.status_code} {response.json().get('error', {}).get('code', '?')}")
     return response.json()
 
 
-async def health(client: httpx.AsyncClient) -> None:
+async def health(client: HTTPClient) -> None:
     response = await client.get("/health")
     if response.status_code != 200:
         raise CallFailed(f"{response.status_code} health")
@@ -317,37 +328,101 @@ def _sse_data(text: str) -> dict[str, Any]:
     return json.loads(data[-1])
 
 
-async def raw_mcp_transport(stack: AsyncExitStack, url: str) -> Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]:
-    """An MCP session on ``/mcp`` spoken as plain JSON-RPC over one kept-alive httpx connection:
+def http_client(kind: str, url: str) -> HTTPClient:
+    """One kept-alive connection: the lean client or an ``httpx.AsyncClient`` limited to one connection."""
+    if kind == "lean":
+        return LeanHTTP(url)
+    return httpx.AsyncClient(base_url=url, timeout=300, limits=httpx.Limits(max_connections=1))
+
+
+def _rpc_call(call: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]:
+    """``tools/call`` over a raw JSON-RPC exchange: the structured result, or :class:`CallFailed`."""
+    ids = iter(range(1, 1 << 62))
+
+    async def tool(name: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer = await call({"jsonrpc": "2.0", "id": next(ids), "method": "tools/call",
+                             "params": {"name": name, "arguments": body}})
+        result = answer.get("result") or {}
+        if result.get("isError") or "structuredContent" not in result:
+            raise CallFailed("mcp raw error result")
+        return result["structuredContent"]
+
+    return tool
+
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench-raw", "version": "1"}}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+async def raw_mcp_transport(stack: AsyncExitStack, url: str, kind: str) -> Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]:
+    """An MCP session on ``/mcp`` spoken as plain JSON-RPC over one kept-alive connection:
     initialize, notifications/initialized, then ``tools/call`` per request. Nothing of the Python
     SDK's client (its task pipeline, its per-result JSON Schema validation), so the difference to
     the SDK row is the client library's cost and the difference to ``/tool`` the server's MCP cost."""
-    client = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=300,
-                                                               limits=httpx.Limits(max_connections=1)))
+    client = await stack.enter_async_context(http_client(kind, url))
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-    opened = await client.post("/mcp", headers=headers, json={
-        "jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench-raw", "version": "1"}}})
+    opened = await client.post("/mcp", headers=headers, json=INITIALIZE)
     if opened.status_code != 200:
         raise CallFailed(f"initialize {opened.status_code}")
     answer = opened.json() if opened.headers.get("content-type", "").startswith("application/json") else _sse_data(opened.text)
     headers["mcp-protocol-version"] = answer["result"]["protocolVersion"]
     if opened.headers.get("mcp-session-id"):
         headers["mcp-session-id"] = opened.headers["mcp-session-id"]
-    await client.post("/mcp", headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
-    ids = iter(range(1, 1 << 62))
+    await client.post("/mcp", headers=headers, json=INITIALIZED)
 
-    async def call(tool: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = await client.post("/mcp", headers=headers, json={
-            "jsonrpc": "2.0", "id": next(ids), "method": "tools/call", "params": {"name": tool, "arguments": body}})
+    async def exchange(message: dict[str, Any]) -> dict[str, Any]:
+        response = await client.post("/mcp", headers=headers, json=message)
         if response.status_code != 200:
             raise CallFailed(f"mcp raw {response.status_code}")
-        result = response.json().get("result") or {}
-        if result.get("isError") or "structuredContent" not in result:
-            raise CallFailed("mcp raw error result")
-        return result["structuredContent"]
+        return response.json()
 
-    return call
+    return _rpc_call(exchange)
+
+
+async def raw_stdio_transport(stack: AsyncExitStack, config: Path,
+                              errlog: Any) -> tuple[Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]], int]:
+    """A ``bhgbrain … --stdio`` process started as the SDK starts one (same command, same default
+    environment), spoken to as newline-delimited JSON-RPC on its pipes with no SDK client: the
+    server's share of the stdio row. Returns the call and the process id."""
+    from mcp.client.stdio import get_default_environment
+
+    params = stdio_parameters(config)
+    proc = await asyncio.create_subprocess_exec(params.command, *params.args, stdin=asyncio.subprocess.PIPE,
+                                                stdout=asyncio.subprocess.PIPE, stderr=errlog,
+                                                env=get_default_environment(), limit=1 << 24)
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    async def stop() -> None:
+        stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+    stack.push_async_callback(stop)
+    lock = asyncio.Lock()
+
+    async def exchange(message: dict[str, Any]) -> dict[str, Any]:
+        async with lock:
+            stdin.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+            if "id" not in message:
+                return {}
+            while True:  # notifications (log messages) may come first
+                line = await stdout.readline()
+                if not line:
+                    raise CallFailed("mcp stdio raw: the process exited")
+                answer = json.loads(line)
+                if answer.get("id") == message["id"]:
+                    return answer
+
+    opened = await exchange(INITIALIZE)
+    if "result" not in opened:
+        raise CallFailed(f"mcp stdio raw initialize: {opened}")
+    await exchange(INITIALIZED)
+    return _rpc_call(exchange), proc.pid
 
 
 class Clients:
@@ -355,8 +430,9 @@ class Clients:
 
     def __init__(self) -> None:
         self.calls: dict[str, list[Callable[[str], Send]]] = {}
-        self.http: list[httpx.AsyncClient] = []
+        self.http: list[HTTPClient] = []
         self.stdio_startup_s: list[float] = []
+        self.raw_stdio_pids: list[int] = []
 
     def senders(self, transport: str, mode: str, clients: int) -> list[Send]:
         return [make(mode) for make in self.calls[transport][:clients]]
@@ -366,7 +442,7 @@ def tool_sender(call: Callable, namespace: str) -> Callable[[str], Send]:
     return lambda mode: lambda question: call("search", search_body(question, namespace, mode))
 
 
-def rest_sender(client: httpx.AsyncClient, namespace: str) -> Callable[[str], Send]:
+def rest_sender(client: HTTPClient, namespace: str) -> Callable[[str], Send]:
     return lambda mode: lambda question: rest_search(client, search_body(question, namespace, mode))
 
 
@@ -375,16 +451,15 @@ async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, url: str
     out = Clients()
     count = max(args.clients)
     for _ in range(count):
-        client = await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=300,
-                                                                   limits=httpx.Limits(max_connections=1)))
-        out.http.append(client)
+        out.http.append(await stack.enter_async_context(http_client(args.http_client, url)))
     calls = [(await http_transport(c))[0] for c in out.http]
     out.calls[TOOL] = [tool_sender(call, namespace) for call in calls]
     out.calls[REST] = [rest_sender(c, namespace) for c in out.http]
     if MCP_HTTP in args.transports:
         out.calls[MCP_HTTP] = [tool_sender((await mcp_transport(stack, url))[0], namespace) for _ in range(count)]
     if MCP_RAW in args.transports:
-        out.calls[MCP_RAW] = [tool_sender(await raw_mcp_transport(stack, url), namespace) for _ in range(count)]
+        out.calls[MCP_RAW] = [tool_sender(await raw_mcp_transport(stack, url, args.http_client), namespace)
+                              for _ in range(count)]
     if MCP_STDIO in args.transports:
         from mcp.client.stdio import stdio_client
 
@@ -396,6 +471,13 @@ async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, url: str
             out.stdio_startup_s.append(time.perf_counter() - started)
             stdio.append(tool_sender(call, namespace))
         out.calls[MCP_STDIO] = stdio * (count // len(stdio))
+    if STDIO_RAW in args.transports:
+        raw = []
+        for _ in range(count if args.stdio_sessions == "per-client" else 1):
+            call, pid = await raw_stdio_transport(stack, config, errlog)
+            out.raw_stdio_pids.append(pid)
+            raw.append(tool_sender(call, namespace))
+        out.calls[STDIO_RAW] = raw * (count // len(raw))
     return out
 
 
@@ -441,7 +523,9 @@ async def measure(args: argparse.Namespace, size: int, url: str, server_pid: int
         for mode in args.modes:  # in-process warm-up: this process's indexes and model
             await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), warm_questions, 1)
         warm_s = await warm(clients, remote, args.modes, warm_questions)
-        servers = {transport: with_descendants(server_pid) for transport in SERVED} | {MCP_STDIO: stdio_pids(config)}
+        raw_stdio = set(clients.raw_stdio_pids)
+        servers = {transport: with_descendants(server_pid) for transport in SERVED} | {
+            MCP_STDIO: [p for p in stdio_pids(config) if p not in raw_stdio], STDIO_RAW: sorted(raw_stdio)}
         log(f"[{size}] warmed: " + ", ".join(f"{t} {s:.1f} s" for t, s in warm_s.items()))
 
         async def group(variant: str, mode: str, count: int, asked: dict[str, list[str]]) -> None:
@@ -525,7 +609,7 @@ def verdicts(size: int, cells: list[dict[str, Any]], extra: list[dict[str, Any]]
         if transport in SERVED:
             add(f"overhead <= {OVERHEAD_P50_MS:g} ms p50 and <= {OVERHEAD_P95_MS:g} ms p95", transport, variant, mode,
                 f"{o['p50']:+.2f} / {o['p95']:+.2f}", o["p50"] <= OVERHEAD_P50_MS and o["p95"] <= OVERHEAD_P95_MS)
-        if transport == MCP_STDIO:
+        if transport in (MCP_STDIO, STDIO_RAW):
             add(f"stdio overhead <= {STDIO_OVERHEAD_P50_MS:g} ms p50", transport, variant, mode, f"{o['p50']:+.2f}",
                 o["p50"] <= STDIO_OVERHEAD_P50_MS)
         if many != single and (variant, transport, mode, many) in over:
@@ -666,6 +750,7 @@ def report(data: dict[str, Any], markdown: bool) -> str:
            f"load average {data['load_before']} at start, {data['load_after']} at end",
            f"- {data['run']['queries']} timed requests per cell, {data['run']['cached']} cached questions, "
            f"clients {data['run']['clients']}, MCP stdio sessions: {data['run']['stdio_sessions']}; "
+           f"HTTP client of /tool, REST, raw MCP and /health: {data['run'].get('http_client', 'httpx')}; "
            f"server workers: {data['run'].get('workers', 1)}, "
            "scheduler off, no rate limit; overhead = the transport's percentile minus the in-process call's"]
     for result in data["sizes"]:
@@ -711,6 +796,7 @@ def run(args: argparse.Namespace, home: Path) -> dict[str, Any]:
             "run": {"sizes": args.sizes, "clients": args.clients, "modes": args.modes, "transports": args.transports,
                     "queries": args.queries, "cached": args.cached, "warmup": args.warmup, "seed": args.seed,
                     "stdio_sessions": args.stdio_sessions, "rounds": args.rounds, "workers": args.workers,
+                    "http_client": args.http_client,
                     "namespaces": args.namespaces, "limit": LIMIT},
             "sizes": sizes}
 
