@@ -633,6 +633,7 @@ def run_size(args: argparse.Namespace, home: Path, size: int, first: bool) -> di
     from django.db import connections
 
     from memories.embeddings import get_embedder, set_embedder
+    from memories.vector_index import reset_vector_index
     from search.text_index import reset_text_index
 
     if not first:
@@ -644,6 +645,8 @@ def run_size(args: argparse.Namespace, home: Path, size: int, first: bool) -> di
     _, _, namespaces = preload_store(home, size_args)
     load_s = time.perf_counter() - started
     graphs_s = write_snapshots(home, namespaces[0])  # no process builds graphs while measured
+    reset_text_index()  # the baseline reopens its indexes from those snapshots, as the server and stdio do
+    reset_vector_index()
     connections.close_all()
     log(f"[{size}] {size} memories loaded in {load_s:.0f} s, graphs and snapshots in {graphs_s:.0f} s; "
         f"drawing {needed(args)} distinct questions")
