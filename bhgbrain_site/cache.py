@@ -53,12 +53,19 @@ class CounterDatabaseCache(DatabaseCache):
         return row[0], expires
 
     def add(self, key: str, value: Any, timeout: float | None = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        """Store ``value`` unless ``key`` holds an unexpired one. An expired row is overwritten here,
+        under its lock: Django's ``add`` judges expiry against the time cut to the second, so for up
+        to a second after a window closed it refused to reopen what ``incr`` already saw as closed
+        (every rate-limited request in that second failed)."""
         database = router.db_for_write(self.cache_model_class)
         with transaction.atomic(using=database):
             row = self._locked_row(self.make_and_validate_key(key, version=version))
-            if row is not None and row[1] >= tz_now():
+            if row is None:
+                return super().add(key, value, timeout, version)
+            if row[1] >= tz_now():
                 return False
-            return super().add(key, value, timeout, version)
+            self.set(key, value, timeout, version)
+            return True
 
     def incr(self, key: str, delta: int = 1, version: int | None = None) -> int:
         made = self.make_and_validate_key(key, version=version)

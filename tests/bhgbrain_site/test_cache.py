@@ -5,11 +5,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.db import connection, connections
 from django.test import override_settings
+from django.utils import timezone
 
 from bhgbrain_site.cache import CounterDatabaseCache
 
@@ -68,3 +70,24 @@ def test_an_expired_window_is_reopened_and_a_missing_one_is_not_counted(counter_
         counter_cache.incr("short")
     assert counter_cache.add("short", 0, timeout=60) is True
     assert counter_cache.incr("short") == 1
+
+
+def _expire(key: str, expires: object) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {TABLE} SET expires = %s WHERE cache_key = %s",  # noqa: S608
+                       [connection.ops.adapt_datetimefield_value(expires), f":1:{key}"])
+
+
+def test_a_window_closed_a_moment_ago_is_reopened_at_once(counter_cache: CounterDatabaseCache) -> None:
+    """Within the second after a window closed, Django's own ``add`` (which cuts "now" to the
+    second) still saw it open while ``incr`` saw it closed: the rate limiter's add-then-incr loop
+    failed three times and the request got a 500."""
+    assert counter_cache.add("window", 7, timeout=60) is True
+    while timezone.now().microsecond < 200_000:  # a moment that is not at the start of a second
+        time.sleep(0.05)
+    _expire("window", timezone.now() - timedelta(milliseconds=1))
+    with pytest.raises(ValueError, match="not found"):
+        counter_cache.incr("window")  # closed
+    assert counter_cache.add("window", 0, timeout=60) is True  # so it is reopened, not refused
+    assert counter_cache.incr("window") == 1
+    assert counter_cache.add("window", 0, timeout=60) is False  # and is open again
