@@ -243,7 +243,7 @@ async def async_cell(senders: Sequence[Send], questions: Sequence[str], into: Ti
             started = time.perf_counter()
             try:
                 await send(question)
-            except (CallFailed, httpx.HTTPError, OSError, EOFError, RuntimeError) as exc:
+            except (CallFailed, httpx.HTTPError, OSError, RuntimeError) as exc:
                 errors[getattr(exc, "code", type(exc).__name__)] += 1
                 continue
             latencies.append((time.perf_counter() - started) * 1e3)
@@ -450,6 +450,7 @@ async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, url: str
                        errlog: Any) -> Clients:
     out = Clients()
     count = max(args.clients)
+    processes = count if args.stdio_sessions == "per-client" else 1  # stdio processes per stdio row
     for _ in range(count):
         out.http.append(await stack.enter_async_context(http_client(args.http_client, url)))
     calls = [(await http_transport(c))[0] for c in out.http]
@@ -464,20 +465,20 @@ async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, url: str
         from mcp.client.stdio import stdio_client
 
         stdio = []
-        for _ in range(count if args.stdio_sessions == "per-client" else 1):
+        for _ in range(processes):
             started = time.perf_counter()
             streams = await stack.enter_async_context(stdio_client(stdio_parameters(config), errlog=errlog))
             call, _ = await mcp_session_calls(stack, streams)
             out.stdio_startup_s.append(time.perf_counter() - started)
             stdio.append(tool_sender(call, namespace))
-        out.calls[MCP_STDIO] = stdio * (count // len(stdio))
+        out.calls[MCP_STDIO] = stdio * (count // processes)
     if STDIO_RAW in args.transports:
         raw = []
-        for _ in range(count if args.stdio_sessions == "per-client" else 1):
+        for _ in range(processes):
             call, pid = await raw_stdio_transport(stack, config, errlog)
             out.raw_stdio_pids.append(pid)
             raw.append(tool_sender(call, namespace))
-        out.calls[STDIO_RAW] = raw * (count // len(raw))
+        out.calls[STDIO_RAW] = raw * (count // processes)
     return out
 
 
