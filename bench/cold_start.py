@@ -83,12 +83,13 @@ def _serve(namespace: str, count: int) -> dict[str, object]:
 
     from search_latency import make_questions
 
-    from search import text_index
+    from search import bm25_compiled, text_index
     from search.selectors import memories_search
 
     primer = getattr(text_index._index, "primer", None)  # noqa: SLF001
     if primer is not None:
         primer.join()
+    bm25_compiled.wait(120)  # loaded after the primer on a large index
     for i, question in enumerate(make_questions(count, random.Random(7))):
         memories_search(query=question, namespace=namespace, collection=None, mode=MODES[i % 3], limit=LIMIT)
     return {"searches": count, "rss_mib": proc_status_mib("VmRSS"), "rss_anon_mib": proc_status_mib("RssAnon"),

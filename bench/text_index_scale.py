@@ -7,7 +7,7 @@ untimed warm-up. Checks the results against a plain reference scorer (every post
 query term scored, no pruning): the same ids with the same scores. Prints p50/p95/p99/mean,
 queries/s, and how many postings the queries' terms hold.
 
-    .venv/bin/python bench/text_index_scale.py --sizes 100000,1000000 [--json PATH]
+    .venv/bin/python bench/text_index_scale.py --sizes 100000,1000000 [--scorer both|numpy|compiled] [--json PATH]
 
 No timing assertions; the numbers depend on the machine (printed with the load average).
 """
@@ -31,6 +31,8 @@ import bhgbrain_site  # noqa: E402,F401 - one BLAS thread, as the server
 
 # isort: split
 import numpy as np  # noqa: E402
+
+from search.bm25_compiled import MIN_POSTINGS as DEFAULT_MIN_POSTINGS  # noqa: E402
 
 
 def _percentile(values: list[float], pct: int) -> float:
@@ -87,14 +89,21 @@ def build(size: int, seed: int):  # noqa: ANN201
     return index, sl.make_questions(200, random.Random(seed + 1)), time.perf_counter() - started
 
 
-def run_size(size: int, seed: int, limit: int) -> dict[str, object]:
+def run_size(size: int, seed: int, limit: int, scorer: str) -> dict[str, object]:
     from datetime import UTC, datetime
 
     from memories.text import analyze_query
+    from search import bm25_compiled
 
     index, questions, load_s = build(size, seed)
     now = datetime.now(UTC)
     queries = [analyze_query(q) for q in questions]
+    if scorer == "numpy":
+        bm25_compiled.MIN_POSTINGS = 1 << 62  # never the kernels
+    else:  # the product's choice: the kernels for queries of MIN_POSTINGS postings or more
+        bm25_compiled.MIN_POSTINGS = DEFAULT_MIN_POSTINGS
+        if bm25_compiled.load_now() is None:
+            raise SystemExit("the compiled scorer is unavailable (is numba installed?)")
     for terms in queries[:20]:
         index._score(terms, "global", None, now, limit)  # noqa: SLF001
     timings, same, postings = [], 0, []
@@ -107,7 +116,7 @@ def run_size(size: int, seed: int, limit: int) -> dict[str, object]:
             math.isclose(a, b, rel_tol=1e-4) for (_, a), (_, b) in zip(got, want, strict=True))
         postings.append(sum(len(p[0]) for t in dict.fromkeys(terms) if (p := index._posting(t)) is not None))  # noqa: SLF001
     return {
-        "size": size, "load_s": round(load_s, 1), "queries": len(queries),
+        "size": size, "scorer": scorer, "load_s": round(load_s, 1), "queries": len(queries),
         "p50_ms": round(_percentile(timings, 50), 2), "p95_ms": round(_percentile(timings, 95), 2),
         "p99_ms": round(_percentile(timings, 99), 2), "mean_ms": round(statistics.fmean(timings), 2),
         "per_s": round(1000 / statistics.fmean(timings), 1), "same_as_reference": same,
@@ -121,16 +130,20 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000", help="comma-separated store sizes; default 100000")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--limit", type=int, default=10)
+    parser.add_argument("--scorer", choices=("both", "numpy", "compiled"), default="both",
+                        help="numpy's MaxScore, the compiled scorer as the product uses it (search/bm25_compiled.py), "
+                        "or both in turn on the same index; default both")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     import django
 
     django.setup()
     results = []
-    for size in (int(s) for s in args.sizes.split(",")):
-        result = run_size(size, args.seed, args.limit)
+    scorers = ("numpy", "compiled") if args.scorer == "both" else (args.scorer,)
+    for size, scorer in ((int(s), scorer) for s in args.sizes.split(",") for scorer in scorers):
+        result = run_size(size, args.seed, args.limit, scorer)
         results.append(result)
-        print(f"{size:>9,} rows: p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms, p99 {result['p99_ms']} ms, "
+        print(f"{size:>9,} rows, {scorer:>8}: p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms, p99 {result['p99_ms']} ms, "
               f"{result['per_s']}/s; identical to the reference {result['same_as_reference']}/{result['queries']}; "
               f"postings per query p50 {result['postings_p50']:,}, p95 {result['postings_p95']:,}; "
               f"built in {result['load_s']} s; load {result['load_average'][0]:.2f}", flush=True)

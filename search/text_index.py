@@ -40,6 +40,7 @@ from memories.eligible import EligibleRows
 from memories.feed import FeedReader, discarded_on_failure, let_waiters_in
 from memories.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.text import ANALYZER_VERSION
+from search import bm25_compiled
 from search.bm25_topk import Bm25, TermList, tf_scale, top_k
 
 _INF = math.inf
@@ -305,7 +306,13 @@ class TextIndex:
         bm25 = Bm25(self.k1, self.b, avgdl)
         coll_code = None if collection is None else self._codes.get("c:" + collection, -2)
         dl = np.frombuffer(self._dl, dtype=np.float32)
-        best, scores = top_k(lists, bm25, dl, self._eligible_rows(ns_code, coll_code, now.timestamp()), limit)
+        eligible = self._eligible_rows(ns_code, coll_code, now.timestamp())
+        kernels = bm25_compiled.ready()
+        if (kernels is not None and sum(term.rows.size for term in lists) >= bm25_compiled.MIN_POSTINGS
+                and all(bm25_compiled.usable(term) for term in lists)):
+            best, scores = bm25_compiled.top_k(kernels, lists, bm25, dl, eligible, limit)
+        else:
+            best, scores = top_k(lists, bm25, dl, eligible, limit)
         return [(self._row_ids.get(i) or "", float(score)) for i, score in zip(best.tolist(), scores.tolist(), strict=True)]
 
     def _doc_frequency(self, ns_code: int, term: str, rows: np.ndarray) -> int:
@@ -414,7 +421,8 @@ class TextIndex:
         largest tf and shortest row, its largest impact, and its documents in the large namespaces
         (a pass over the list each: at a million rows a term's first search took a few ms more
         than the next ones). One term per hold of the lock, so searches go on in between; a load,
-        an open or a discard started meanwhile stops it. Index lock held."""
+        an open or a discard started meanwhile stops it. Then, for a large index, the compiled
+        scorer's load is started (search/bm25_compiled.py). Index lock held."""
         self._priming = token = object()
         self.primer = threading.Thread(target=self._prime, args=(token,), daemon=True, name="bhgbrain-text-prime")
         self.primer.start()
@@ -431,6 +439,20 @@ class TextIndex:
                     return
                 self._prime_term(term, namespaces)
             let_waiters_in()
+        with self._lock:
+            if self._priming is token:  # last, so numba's import does not slow a new process's first searches
+                self._prepare_compiled()
+
+    def _prepare_compiled(self) -> None:
+        """Have the compiled scorer (search/bm25_compiled.py) loaded in the background when this
+        index is large enough to use it, for the kinds of lists it holds: in RAM, and mapped from
+        the snapshot. Index lock held."""
+        empty = np.zeros(0, dtype=np.int32)
+        lists = [TermList(empty, np.zeros(0, dtype=np.float32), 0.0, 0.0, 0.0)]
+        if self._snap_terms:
+            lists.append(TermList(self._snap_rows[:0], self._snap_tfs[:0], 0.0, 0.0, 0.0))
+        bm25_compiled.prepare(len(self._row_ids), lists, np.frombuffer(self._dl, dtype=np.float32),
+                              np.zeros(0, dtype=np.bool_))
 
     def _long_terms(self) -> list[str]:
         """Terms with at least PRIME_MIN_POSTINGS postings, the longest first."""

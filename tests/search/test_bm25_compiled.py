@@ -1,0 +1,161 @@
+"""The compiled BM25 scorer (search/bm25_compiled.py, search/bm25_kernels.py): the same top-k
+as scoring every posting, bit-identical contributions, every kind of list a text index holds
+(read-only mapped, uint8/uint16/float32 tfs), used by the text index only once loaded and only
+for long queries, and numpy answering whenever it is not there."""
+from __future__ import annotations
+
+import math
+import sys
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from search import bm25_compiled
+from search.bm25_topk import Bm25, TermList, top_k
+from search.text_index import TextIndex
+from tests.search.test_bm25_topk import K1, B, _brute, _lists, _reference
+
+
+@pytest.fixture(scope="module")
+def kernels():  # noqa: ANN201
+    loaded = bm25_compiled.load_now()
+    assert loaded is not None, "numba is a dependency: the kernels must load"
+    return loaded
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    values = values.copy()
+    values.setflags(write=False)
+    return values
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_top_k_equals_scoring_every_posting(kernels, seed: int) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(100 + seed)
+    size = 20_000
+    dl = rng.integers(3, 60, size=size).astype(np.float32)
+    bm25 = Bm25(K1, B, float(dl.mean()))
+    for query in range(30):
+        plain = lists = _lists(rng, size, int(rng.integers(1, 7)), dl)
+        if query % 3 == 1:  # as a snapshot maps them: read-only, tfs as doubled uint8
+            lists = [TermList(_read_only(t.rows), _read_only((t.tfs * 2).astype(np.uint8)), t.idf, t.max_tf, t.min_dl)
+                     for t in plain]
+        eligible = rng.random(size) < (0.3 if query % 2 else 0.97)
+        limit = int(rng.choice([1, 5, 10, 50]))
+        rows, scores = bm25_compiled.top_k(kernels, lists, bm25, _read_only(dl) if query % 4 else dl, eligible, limit)
+        brute = _brute(plain, bm25, dl, eligible)
+        expected = np.sort(brute[brute > 0])[::-1][:limit]
+        assert scores.size == expected.size
+        np.testing.assert_allclose(scores, expected, rtol=1e-5)
+        np.testing.assert_allclose(brute[rows], scores, rtol=1e-5)
+        assert eligible[rows].all() and np.all(np.diff(scores) <= 0)
+        numpy_rows, numpy_scores = top_k(lists, bm25, dl, eligible, limit)
+        np.testing.assert_allclose(scores, numpy_scores, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.uint16])
+def test_compiled_contributions_are_bit_identical_to_numpy(kernels, dtype: type) -> None:  # noqa: ANN001
+    """One list: each row's score is exactly numpy's contribution (same float32 operations in the
+    same order), for float32 tfs and for the doubled integers a snapshot stores."""
+    rng = np.random.default_rng(5)
+    size = 8_000
+    dl = (rng.integers(2, 120, size=size) / 2).astype(np.float32)
+    bm25 = Bm25(K1, B, float(dl.mean()))
+    rows = np.sort(rng.choice(size, size=3_000, replace=False)).astype(np.int32)
+    tfs = (rng.integers(1, 12, size=rows.size) / 2).astype(np.float32)
+    stored = tfs if dtype is np.float32 else (tfs * 2).astype(dtype)
+    term = TermList(rows, stored, 2.5, float(tfs.max()), float(dl[rows].min()))
+    expected = bm25.contribution(term, stored, dl[rows].copy())
+    got_rows, got = bm25_compiled.top_k(kernels, [term], bm25, dl, np.ones(size, dtype=np.bool_), rows.size)
+    assert np.array_equal(np.sort(got_rows), rows)
+    by_row = dict(zip(got_rows.tolist(), got.tolist(), strict=True))
+    assert np.array_equal(np.array([by_row[r] for r in rows.tolist()], dtype=np.float32), expected)
+
+
+def test_ties_at_the_last_place_keep_the_lowest_rows(kernels) -> None:  # noqa: ANN001
+    dl = np.full(100, 10.0, dtype=np.float32)
+    rows = np.arange(0, 100, 3, dtype=np.int32)
+    term = TermList(rows, np.ones(rows.size, dtype=np.float32), 1.0, 1.0, 10.0)
+    got, scores = bm25_compiled.top_k(kernels, [term], Bm25(K1, B, 10.0), dl, np.ones(100, dtype=np.bool_), 4)
+    assert got.tolist() == [0, 3, 6, 9] and len(set(scores.tolist())) == 1
+    empty, none = bm25_compiled.top_k(kernels, [term], Bm25(K1, B, 10.0), dl, np.zeros(100, dtype=np.bool_), 4)
+    assert empty.size == 0 and none.size == 0
+    assert bm25_compiled.top_k(kernels, [term], Bm25(K1, B, 10.0), dl, np.ones(100, dtype=np.bool_), 0)[0].size == 0
+
+
+def test_float16_lists_are_left_to_numpy(kernels) -> None:  # noqa: ANN001
+    """Snapshots before uint8 tfs stored float16: the kernels do not take them, the index scores
+    such a query with numpy."""
+    term = TermList(np.arange(5, dtype=np.int32), np.ones(5, dtype=np.float16), 1.0, 1.0, 1.0)
+    assert not bm25_compiled.usable(term)
+    with pytest.raises(ValueError, match="usable"):
+        bm25_compiled.top_k(kernels, [term], Bm25(K1, B, 1.0), np.ones(5, dtype=np.float32), np.ones(5, dtype=np.bool_), 3)
+
+
+def _filled_index() -> TextIndex:
+    rng = np.random.default_rng(9)
+    words = [f"w{i}" for i in range(40)]
+    weights = 1 / np.arange(1, len(words) + 1)
+    index = TextIndex(K1, B, 2)
+    index._loaded = True  # noqa: SLF001 - filled directly, no database
+    for i in range(3_000):
+        text = " ".join(rng.choice(words, size=int(rng.integers(2, 14)), p=weights / weights.sum()))
+        index._add(f"m{i}", text, "", "", "a" if i % 4 else "b", "general", math.inf)  # noqa: SLF001
+    return index
+
+
+def test_the_text_index_scores_long_queries_with_the_kernels_once_ready(kernels, monkeypatch) -> None:  # noqa: ANN001
+    index = _filled_index()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    calls: list[int] = []
+    original = bm25_compiled.top_k
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(bm25_compiled, "top_k", counted)
+    monkeypatch.setattr(bm25_compiled, "MIN_POSTINGS", 500)
+    queries = (["w0", "w1", "w2"], ["w3", "w39"], ["w0", "w5", "w7", "w9"])
+    compiled = [index._score(q, ns, None, now, 10) for q in queries for ns in ("a", "b")]  # noqa: SLF001
+    assert len(calls) == len(compiled)  # each of these queries holds 500+ postings
+    for got, (query, namespace) in zip(compiled, [(q, ns) for q in queries for ns in ("a", "b")], strict=True):
+        np.testing.assert_allclose([s for _, s in got], _reference(index, query, namespace, now.timestamp()), rtol=1e-5)
+    calls.clear()
+    index._score(["w39"], "a", None, now, 10)  # noqa: SLF001 - a short query: numpy's MaxScore
+    assert calls == []
+    monkeypatch.setattr(bm25_compiled, "_state", "loading")  # not ready yet: numpy, same answer
+    assert [s for _, s in index._score(queries[0], "a", None, now, 10)] == pytest.approx(  # noqa: SLF001
+        [s for _, s in compiled[0]], rel=1e-6)
+    assert calls == []
+
+
+def test_small_indexes_never_load_numba_and_a_failed_load_leaves_numpy(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(bm25_compiled, "_state", "idle")
+    monkeypatch.setattr(bm25_compiled, "_kernels", None)
+    started: list[object] = []
+    monkeypatch.setattr(bm25_compiled.threading, "Thread", lambda **kwargs: started.append(kwargs) or _NoThread())
+    dl, eligible = np.ones(4, dtype=np.float32), np.ones(4, dtype=np.bool_)
+    bm25_compiled.prepare(bm25_compiled.MIN_ROWS - 1, [], dl, eligible)
+    assert started == [] and bm25_compiled._state == "idle"  # noqa: SLF001
+    monkeypatch.setenv(bm25_compiled.DISABLE_ENV, "0")
+    bm25_compiled.prepare(bm25_compiled.MIN_ROWS, [], dl, eligible)
+    assert started == []
+    monkeypatch.delenv(bm25_compiled.DISABLE_ENV)
+    bm25_compiled.prepare(bm25_compiled.MIN_ROWS, [], dl, eligible)
+    assert len(started) == 1 and bm25_compiled._state == "loading"  # noqa: SLF001
+    assert bm25_compiled.ready() is None
+    # numba missing (or failing): the load ends unavailable, and the index still answers
+    monkeypatch.setitem(sys.modules, "search.bm25_kernels", None)
+    started[0]["target"](*started[0]["args"])
+    assert bm25_compiled._state == "unavailable" and bm25_compiled.ready() is None  # noqa: SLF001
+    index = _filled_index()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    got = [s for _, s in index._score(["w0", "w1"], "a", None, now, 10)]  # noqa: SLF001
+    np.testing.assert_allclose(got, _reference(index, ["w0", "w1"], "a", now.timestamp()), rtol=1e-5)
+
+
+class _NoThread:
+    def start(self) -> None:
+        pass
