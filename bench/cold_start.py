@@ -11,6 +11,11 @@ steps (query embedding, vector search, FTS query, row loading). Prints one JSON 
 
 With ``--serve N`` it then goes on like a serving process (N more searches after the full-text
 statistics primer has finished) and reports the RSS again: where the resident memory settles.
+
+With ``--timed N --seed S`` it then times, like bench/search_latency.py's phases, N questions
+per mode after its warm-up ones (the same questions as a ``search_latency.py --seed S`` run, so
+a store kept with ``--keep-store`` can be measured again, by another commit or with
+``BHGBRAIN_COMPILED_BM25=0``), and adds ``timed``: each mode's p50/p95/p99 and step times.
 """
 from __future__ import annotations
 
@@ -33,7 +38,8 @@ MODES = ("fulltext", "semantic", "hybrid")
 LIMIT = 10
 
 
-def cold_start(namespace: str, question: str, snapshots: bool, serve: int = 0) -> dict[str, object]:
+def cold_start(namespace: str, question: str, snapshots: bool, serve: int = 0, timed: int = 0,
+               seed: int = 0) -> dict[str, object]:
     started = time.perf_counter()
     import django
 
@@ -67,12 +73,14 @@ def cold_start(namespace: str, question: str, snapshots: bool, serve: int = 0) -
                 times.clear()
     vectors, text = get_vector_index(), text_index._index  # noqa: SLF001 - which path each index took
     served = _serve(namespace, serve) if serve else None
+    measured = _timed(namespace, timed, seed) if timed else None
     return {
         "first_search_ms": first, "first_search_steps_ms": steps, "setup_ms": setup_ms, "model_load_ms": model_ms,
         "rss_mib": proc_status_mib("VmRSS"), "rss_anon_mib": proc_status_mib("RssAnon"),
         "rss_files_mib": mapped_file_rss_mib(),  # which snapshot files the first searches touched
         "loaded_from": {"vector": getattr(vectors, "loaded_from", None), "text": getattr(text, "loaded_from", None)},
         "after_serving": served,
+        "timed": measured,
     }
 
 
@@ -96,6 +104,24 @@ def _serve(namespace: str, count: int) -> dict[str, object]:
             "rss_files_mib": mapped_file_rss_mib()}
 
 
+def _timed(namespace: str, count: int, seed: int) -> dict[str, object]:
+    """search_latency.py's warm-up and timed questions of ``seed``, each mode in turn."""
+    import os
+    import random
+
+    from machine import load_average
+    from search_latency import WARMUP, fulltext_scorer, make_questions, settle_text_index, time_searches, warm_up
+
+    questions = make_questions(WARMUP + count, random.Random(seed + 1))
+    out: dict[str, object] = {"loadavg_start": load_average()}
+    for mode in MODES:
+        warm_up(mode, questions[:WARMUP], [namespace])
+        out[mode] = time_searches(mode, questions[WARMUP:], [namespace]).summary()
+    out.update(fulltext_scorer=fulltext_scorer(), loadavg_end=load_average(), pid=os.getpid())
+    settle_text_index()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--namespace", required=True)
@@ -104,8 +130,11 @@ def main() -> int:
     parser.add_argument("--serve", type=int, default=0, metavar="N",
                         help="then go on serving: wait for the text statistics primer, run N more searches, "
                         "and report the RSS again (after_serving)")
+    parser.add_argument("--timed", type=int, default=0, metavar="N",
+                        help="then time N questions per mode after the warm-up ones, as search_latency.py does")
+    parser.add_argument("--seed", type=int, default=4321, help="the search_latency.py seed whose questions --timed uses")
     args = parser.parse_args()
-    print(json.dumps(cold_start(args.namespace, args.question, not args.no_snapshots, args.serve)))
+    print(json.dumps(cold_start(args.namespace, args.question, not args.no_snapshots, args.serve, args.timed, args.seed)))
     return 0
 
 
