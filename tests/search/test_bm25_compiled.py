@@ -159,3 +159,25 @@ def test_small_indexes_never_load_numba_and_a_failed_load_leaves_numpy(monkeypat
 class _NoThread:
     def start(self) -> None:
         pass
+
+
+def test_the_primer_starts_the_load_for_a_large_index_with_its_kinds_of_lists(monkeypatch) -> None:  # noqa: ANN001
+    """After its statistics primer, an index of MIN_ROWS rows or more has the kernels loaded for
+    the kinds of lists it holds (here in RAM only: float32 tfs, writable), and holds no view of
+    them afterwards (a list in RAM must still grow)."""
+    seen: list[tuple] = []
+
+    def prepare(rows, lists, dl, eligible):  # noqa: ANN001, ANN202
+        seen.append((rows, sorted({(bm25_compiled.kind(t.rows), bm25_compiled.kind(t.tfs)) for t in lists}),
+                     bm25_compiled.kind(dl), bm25_compiled.kind(eligible)))
+
+    monkeypatch.setattr(bm25_compiled, "prepare", prepare)
+    index = _filled_index()
+    token = object()
+    index._priming = token  # noqa: SLF001 - as _prime_soon sets it
+    index._prime(token)  # noqa: SLF001 - the primer's body, in this thread
+    assert seen == [(3_000, [(("<i4", True), ("<f4", True))], ("<f4", True), ("|b1", True))]
+    index._add("m-new", "w0 w1 w2", "", "", "a", "general", math.inf)  # noqa: SLF001 - the lists still grow
+    index._priming = object()  # noqa: SLF001 - a load or a discard started meanwhile: no load asked
+    index._prime(token)  # noqa: SLF001
+    assert len(seen) == 1
