@@ -89,15 +89,11 @@ def _serve(namespace: str, count: int) -> dict[str, object]:
     searches (new questions, the three modes in turn); the RSS then, as it settles."""
     import random
 
-    from search_latency import make_questions
+    from search_latency import make_questions, settle_text_index
 
-    from search import bm25_compiled, text_index
     from search.selectors import memories_search
 
-    primer = getattr(text_index._index, "primer", None)  # noqa: SLF001
-    if primer is not None:
-        primer.join()
-    bm25_compiled.wait(120)  # loaded after the primer on a large index
+    settle_text_index()  # the statistics primer, then the compiled scorer it loads on a large index
     for i, question in enumerate(make_questions(count, random.Random(7))):
         memories_search(query=question, namespace=namespace, collection=None, mode=MODES[i % 3], limit=LIMIT)
     return {"searches": count, "rss_mib": proc_status_mib("VmRSS"), "rss_anon_mib": proc_status_mib("RssAnon"),
@@ -110,7 +106,7 @@ def _timed(namespace: str, count: int, seed: int) -> dict[str, object]:
     import random
 
     from machine import load_average
-    from search_latency import WARMUP, fulltext_scorer, make_questions, settle_text_index, time_searches, warm_up
+    from search_latency import WARMUP, fulltext_scorer, make_questions, time_searches, warm_up
 
     questions = make_questions(WARMUP + count, random.Random(seed + 1))
     out: dict[str, object] = {"loadavg_start": load_average()}
@@ -118,7 +114,6 @@ def _timed(namespace: str, count: int, seed: int) -> dict[str, object]:
         warm_up(mode, questions[:WARMUP], [namespace])
         out[mode] = time_searches(mode, questions[WARMUP:], [namespace]).summary()
     out.update(fulltext_scorer=fulltext_scorer(), loadavg_end=load_average(), pid=os.getpid())
-    settle_text_index()
     return out
 
 

@@ -23,6 +23,7 @@ from types import ModuleType
 
 import numpy as np
 
+from search import bm25_topk
 from search.bm25_topk import Bm25, TermList, tf_scale
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def prepare(rows: int, lists: list[TermList], dl: np.ndarray, eligible: np.ndarr
     global _state
     if rows < MIN_ROWS or not enabled():
         return
-    kinds = sorted({(kind(term.rows), kind(term.tfs)) for term in lists if usable(term)})
+    kinds = _kinds(lists)
     with _lock:
         if _state != "idle":
             return
@@ -78,9 +79,12 @@ def load_now(lists: list[TermList] | None = None, dl: np.ndarray | None = None,
         if _state in ("ready", "unavailable"):
             return _kernels
         _state = "loading"
-    kinds = sorted({(kind(term.rows), kind(term.tfs)) for term in lists or [] if usable(term)})
-    _load(kinds, kind(dl) if dl is not None else ("<f4", True), kind(eligible) if eligible is not None else ("|b1", True))
+    _load(_kinds(lists or []), kind(dl) if dl is not None else ("<f4", True), kind(eligible) if eligible is not None else ("|b1", True))
     return _kernels
+
+
+def _kinds(lists: list[TermList]) -> list[tuple[Kind, Kind]]:
+    return sorted({(kind(term.rows), kind(term.tfs)) for term in lists if usable(term)})
 
 
 def ready() -> ModuleType | None:
@@ -132,13 +136,13 @@ def _warm(kernels: ModuleType, kinds: list[tuple[Kind, Kind]], dl: Kind, eligibl
     scores = np.zeros(1, dtype=np.float32)
     for rows, tfs in [(("<i4", True), ("|u1", True)), *kinds]:
         term = TermList(_array(rows, 0), _array(tfs, 1), 1.0, 1.0, 1.0)
-        kernels.accumulate(scores, term.rows, term.tfs, _array(dl, 1), *_constants(bm25, term, term.tfs))
+        kernels.accumulate(scores, term.rows, term.tfs, _array(dl, 1), *_constants(bm25, term))
     kernels.best_rows(scores, _array(eligible, 1), 1)
 
 
-def _constants(bm25: Bm25, term: TermList, tfs: np.ndarray) -> tuple[np.float32, np.float32, np.float32]:
-    """c1, c2, weight of ``Bm25.contribution`` for stored ``tfs``: weight × tf / (tf + dl × c1 + c2)."""
-    inverse = np.float32(1 / tf_scale(tfs))
+def _constants(bm25: Bm25, term: TermList) -> tuple[np.float32, np.float32, np.float32]:
+    """c1, c2, weight of ``Bm25.contribution`` for the term's stored tfs: weight × tf / (tf + dl × c1 + c2)."""
+    inverse = np.float32(1 / tf_scale(term.tfs))
     return (np.float32(bm25.k1 * bm25.b / bm25.avgdl) * inverse, np.float32(bm25.k1 * (1 - bm25.b)) * inverse,
             np.float32(term.idf * (bm25.k1 + 1)))
 
@@ -153,7 +157,18 @@ def top_k(kernels: ModuleType, terms: list[TermList], bm25: Bm25, dl: np.ndarray
         raise ValueError("lists the kernels do not take (bm25_compiled.usable)")
     scores = np.zeros(dl.size, dtype=np.float32)
     for term in terms:
-        kernels.accumulate(scores, term.rows, term.tfs, dl, *_constants(bm25, term, term.tfs))
+        kernels.accumulate(scores, term.rows, term.tfs, dl, *_constants(bm25, term))
     best = kernels.best_rows(scores, eligible, limit)
     best = best[np.lexsort((best, -scores[best]))]
     return best, scores[best]
+
+
+def best(terms: list[TermList], bm25: Bm25, dl: np.ndarray, eligible: np.ndarray,
+         limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top ``limit`` (rows, scores): by the kernels when they are loaded and the query's
+    lists hold MIN_POSTINGS postings or more (all of kinds they take), else numpy's MaxScore."""
+    kernels = ready()
+    if (kernels is not None and sum(term.rows.size for term in terms) >= MIN_POSTINGS
+            and all(usable(term) for term in terms)):
+        return top_k(kernels, terms, bm25, dl, eligible, limit)
+    return bm25_topk.top_k(terms, bm25, dl, eligible, limit)

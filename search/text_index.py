@@ -41,7 +41,7 @@ from memories.feed import FeedReader, discarded_on_failure, let_waiters_in
 from memories.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.text import ANALYZER_VERSION
 from search import bm25_compiled
-from search.bm25_topk import Bm25, TermList, tf_scale, top_k
+from search.bm25_topk import Bm25, TermList, tf_scale
 
 _INF = math.inf
 # A list this long keeps its largest impact (search/bm25_topk.py: a tight bound prunes earlier),
@@ -306,13 +306,7 @@ class TextIndex:
         bm25 = Bm25(self.k1, self.b, avgdl)
         coll_code = None if collection is None else self._codes.get("c:" + collection, -2)
         dl = np.frombuffer(self._dl, dtype=np.float32)
-        eligible = self._eligible_rows(ns_code, coll_code, now.timestamp())
-        kernels = bm25_compiled.ready()
-        if (kernels is not None and sum(term.rows.size for term in lists) >= bm25_compiled.MIN_POSTINGS
-                and all(bm25_compiled.usable(term) for term in lists)):
-            best, scores = bm25_compiled.top_k(kernels, lists, bm25, dl, eligible, limit)
-        else:
-            best, scores = top_k(lists, bm25, dl, eligible, limit)
+        best, scores = bm25_compiled.best(lists, bm25, dl, self._eligible_rows(ns_code, coll_code, now.timestamp()), limit)
         return [(self._row_ids.get(i) or "", float(score)) for i, score in zip(best.tolist(), scores.tolist(), strict=True)]
 
     def _doc_frequency(self, ns_code: int, term: str, rows: np.ndarray) -> int:
