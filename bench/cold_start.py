@@ -15,7 +15,9 @@ statistics primer has finished) and reports the RSS again: where the resident me
 With ``--timed N --seed S`` it then times, like bench/search_latency.py's phases, N questions
 per mode after its warm-up ones (the same questions as a ``search_latency.py --seed S`` run, so
 a store kept with ``--keep-store`` can be measured again, by another commit or with
-``BHGBRAIN_COMPILED_BM25=0``), and adds ``timed``: each mode's p50/p95/p99 and step times.
+``BHGBRAIN_COMPILED_BM25=0``), and adds ``timed``: each mode's p50/p95/p99 and step times, and
+``hybrid_fresh``: hybrid searches of N questions no earlier phase asked (each embeds its query;
+the hybrid phase's come from the query cache, filled by the semantic phase).
 """
 from __future__ import annotations
 
@@ -106,13 +108,22 @@ def _timed(namespace: str, count: int, seed: int) -> dict[str, object]:
     import random
 
     from machine import load_average
-    from search_latency import WARMUP, fulltext_scorer, make_questions, time_searches, warm_up
+    from search_latency import (
+        WARMUP,
+        fresh_questions,
+        fulltext_scorer,
+        make_questions,
+        time_fresh_hybrid,
+        time_searches,
+        warm_up,
+    )
 
     questions = make_questions(WARMUP + count, random.Random(seed + 1))
     out: dict[str, object] = {"loadavg_start": load_average()}
     for mode in MODES:
         warm_up(mode, questions[:WARMUP], [namespace])
         out[mode] = time_searches(mode, questions[WARMUP:], [namespace]).summary()
+    out["hybrid_fresh"] = time_fresh_hybrid(fresh_questions(count, seed + 4, questions), [namespace]).summary()
     out.update(fulltext_scorer=fulltext_scorer(), loadavg_end=load_average(), pid=os.getpid())
     return out
 

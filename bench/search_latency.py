@@ -734,12 +734,17 @@ def recording_steps(targets: Sequence[StepTarget]) -> Iterator[dict[str, list[fl
 
 
 def search_steps() -> list[StepTarget]:
+    """The product steps a search is timed by. The local model embeds a query on its own thread
+    (``_query``), overlapping a hybrid search's full-text step, so a hybrid call's steps can add up
+    to more than the call itself ("other" is then negative)."""
     from memories.embeddings import get_embedder
     from memories.vector_index import get_vector_index
     from search import fulltext, selectors
 
+    embedder = get_embedder()
+    embed = "_query" if hasattr(embedder, "_query") else "embed_query"  # the model's own work, on its thread
     return [
-        (get_embedder(), "embed_query", "embed query"), (get_vector_index(), "search", "vector search"),
+        (embedder, embed, "embed query"), (get_vector_index(), "search", "vector search"),
         (fulltext, "search", "FTS query"), (selectors, "_attach", "load rows"),
     ]
 
@@ -838,6 +843,21 @@ def time_searches(mode: str, questions: Sequence[str], namespaces: Sequence[str]
         return search_call(questions[i], namespaces[i % len(namespaces)], mode)
 
     return timed_phase(mode, len(questions), call, search_steps())
+
+
+def time_fresh_hybrid(questions: Sequence[str], namespaces: Sequence[str]) -> Phase:
+    """Hybrid searches of questions no earlier phase asked: the "hybrid" phase asks the semantic
+    phase's questions again, so their query vectors come from the query cache; here each call
+    embeds its query, as an agent's new question does."""
+    phase = time_searches("hybrid", questions, namespaces)
+    phase.name = "hybrid_fresh"
+    return phase
+
+
+def fresh_questions(count: int, seed: int, asked: Sequence[str]) -> list[str]:
+    """``count`` questions of the same kind as ``asked``, none of them among it."""
+    seen = set(asked)
+    return [q for q in make_questions(count + len(seen), random.Random(seed)) if q not in seen][:count]
 
 
 def time_remembers(texts: Sequence[str], namespaces: Sequence[str]) -> Phase:
@@ -961,6 +981,7 @@ class Workload:
     vectors: np.ndarray
     warmup_questions: list[str]
     questions: list[str]
+    fresh_questions: list[str]  # for hybrid_fresh: never asked by an earlier phase
     new_texts: list[str]
     message_texts: list[str]
     append_texts: list[str]
@@ -972,7 +993,8 @@ def make_workload(args: argparse.Namespace, embedder: Embedder) -> tuple[Workloa
     questions = make_questions(WARMUP + args.queries, random.Random(args.seed + 1))
     new_texts = make_sentences(REMEMBER_CALLS, random.Random(args.seed + 2), exclude=sentences)
     more = make_sentences(REMEMBER_CALLS + APPEND_MESSAGES, random.Random(args.seed + 3), exclude=[*sentences, *new_texts])
-    workload = Workload(sentences, vectors.vectors, questions[:WARMUP], questions[WARMUP:], new_texts,
+    fresh = fresh_questions(args.queries, args.seed + 4, questions)
+    workload = Workload(sentences, vectors.vectors, questions[:WARMUP], questions[WARMUP:], fresh, new_texts,
                         more[:REMEMBER_CALLS], more[REMEMBER_CALLS:])
     return workload, vectors
 
@@ -1041,6 +1063,8 @@ def run_size(size: int, args: argparse.Namespace, work: Workload, embedder: Embe
         print(f"[size {size}] {mode}: {WARMUP} warm-up + {len(work.questions)} timed queries", file=sys.stderr)
         warm_up(mode, work.warmup_questions, namespaces)
         phases[mode] = time_searches(mode, work.questions, namespaces)
+    print(f"[size {size}] hybrid_fresh: {len(work.fresh_questions)} questions not asked before", file=sys.stderr)
+    phases["hybrid_fresh"] = time_fresh_hybrid(work.fresh_questions, namespaces)
     agreement = sketch_agreement(work.questions, namespaces, embedder)
     print(f"[size {size}] remember: {len(work.new_texts)} calls", file=sys.stderr)
     phases["remember"] = time_remembers(work.new_texts, namespaces)
@@ -1132,7 +1156,7 @@ def print_size(result: dict[str, Any]) -> None:
     print(_memory("memory after vector index load", result["memory_after_index_load"]))
     print(_memory("memory at end", result["memory_end"]))
     print()
-    header = f"  {'operation':<10}{'calls':>6}{'p50':>9}{'p95':>9}{'p99':>9}{'mean':>9}{'max':>9}{'per s':>9}  notes"
+    header = f"  {'operation':<13}{'calls':>6}{'p50':>9}{'p95':>9}{'p99':>9}{'mean':>9}{'max':>9}{'per s':>9}  notes"
     print("  Latency in ms; throughput = calls / wall time, sequential on one thread")
     print(header)
     print("  " + "-" * (len(header) - 2))
@@ -1141,14 +1165,14 @@ def print_size(result: dict[str, Any]) -> None:
         if s["outcomes"]:
             note = " ".join(f"{k}={v}" for k, v in sorted(s["outcomes"].items()))
         print(
-            f"  {name:<10}{s['calls']:>6}{s['p50_ms']:>9.2f}{s['p95_ms']:>9.2f}{s['p99_ms']:>9.2f}"
+            f"  {name:<13}{s['calls']:>6}{s['p50_ms']:>9.2f}{s['p95_ms']:>9.2f}{s['p99_ms']:>9.2f}"
             f"{s['mean_ms']:>9.2f}{s['max_ms']:>9.2f}{s['throughput_per_s']:>9.1f}  {note}"
         )
     print()
     print("  Time per call spent in each product step, mean / p95 ms (timed with the calls above)")
     for name, s in result["phases"].items():
         cells = "  ".join(f"{step} {v['mean_ms']:.2f}/{v['p95_ms']:.2f}" for step, v in s["steps"].items())
-        print(f"  {name:<10}{cells}")
+        print(f"  {name:<13}{cells}")
     if result.get("thread_append"):
         rates = result["thread_append"]
         print(f"  thread_append: {rates['append_per_s']:.1f} messages/s in batches of {rates['batch']}; the model alone "

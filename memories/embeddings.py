@@ -16,7 +16,7 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -132,11 +132,15 @@ class ModelThread:
         """Calls waiting for the model (not counting the one it runs)."""
         return self._jobs.qsize()
 
-    def run(self, priority: int, work: Callable[[], T]) -> T:
+    def submit(self, priority: int, work: Callable[[], T]) -> Future[T]:
+        """Queue ``work`` for the model thread; its result (or exception) arrives on the future."""
         self._ensure_started()
         future: Future[T] = Future()
         self._jobs.put((priority, next(self._serial), time.perf_counter(), work, future))
-        return future.result()
+        return future
+
+    def run(self, priority: int, work: Callable[[], T]) -> T:
+        return self.submit(priority, work).result()
 
 
 MAX_TOKENS = 512  # e5's position table: longer input is cut there, as sentence-transformers does
@@ -202,7 +206,11 @@ class LocalE5Embedder:
         return _units(np.vstack([self._thread.run(ModelThread.PASSAGE, lambda t=text: self._passage(t)) for text in texts]))
 
     def embed_query(self, text: str) -> np.ndarray:
-        return _unit(self._thread.run(ModelThread.QUERY, lambda: self._query(text)))
+        return self.start_query(text).result()
+
+    def start_query(self, text: str) -> Future[np.ndarray]:
+        """Queue the query on the model thread and return at once: the caller works meanwhile."""
+        return self._thread.submit(ModelThread.QUERY, lambda: _unit(self._query(text)))
 
     def health(self) -> tuple[str, str]:
         import importlib.util
@@ -389,11 +397,29 @@ _query_cache = QueryCache(2048)
 
 def embed_query(embedder: Embedder, query: str) -> np.ndarray:
     """``embedder.embed_query(query)`` through the process's query cache."""
+    return start_query(embedder, query)()
+
+
+@runtime_checkable
+class StartsQueries(Protocol):
+    """An embedder that embeds a query on its own thread while the caller goes on (the local model)."""
+
+    def start_query(self, text: str) -> Future[np.ndarray]: ...
+
+
+def start_query(embedder: Embedder, query: str) -> Callable[[], np.ndarray]:
+    """The query's vector, through the process's query cache, as a call that returns it. An
+    embedder with its own thread starts now, so the caller can do other work (a hybrid search's
+    full-text side) before collecting it; any other embedder runs when the call is made. The
+    embedder's errors are raised by the call."""
     key = QueryCache.key(embedder.model_id, query)
-    vector = _query_cache.get(key)
-    if vector is None:
-        vector = _query_cache.put(key, embedder.embed_query(key[1]))
-    return vector
+    cached = _query_cache.get(key)
+    if cached is not None:
+        return lambda: cached
+    if isinstance(embedder, StartsQueries):
+        future = embedder.start_query(key[1])
+        return lambda: _query_cache.put(key, future.result())
+    return lambda: _query_cache.put(key, embedder.embed_query(key[1]))
 
 
 _STATUS_TTL = 30.0

@@ -12,14 +12,14 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
 from bhgbrain_site.errors import EmbeddingUnavailable
-from memories.embeddings import calibrate, embed_query, get_embedder
+from memories.embeddings import calibrate, embed_query, get_embedder, start_query
 from memories.loading import memories_by_id
 from memories.models import Memory
 from memories.qdrant_index import QdrantVectorIndex, SparseVectorsMissing
@@ -72,13 +72,28 @@ def default_params() -> HybridParams:
 
 def semantic_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]:
     """Vector search over every collection of the namespace unless one is given."""
+    return start_semantic(query)(namespace=namespace, collection=collection, limit=limit, now=now)
+
+
+class SemanticSearch(Protocol):
+    def __call__(self, *, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]: ...
+
+
+def start_semantic(query: str) -> SemanticSearch:
+    """A semantic search whose query embedding starts now (on the local model's own thread), to
+    be finished by calling the result: the caller can score the full-text side meanwhile.
+    EmbeddingUnavailable when there is no embedder or index, or (from the call) when it fails."""
     embedder = get_embedder()
     index = get_vector_index()
     if embedder is None or index is None:
         raise EmbeddingUnavailable("No embedding provider is available for semantic search")
-    vector = embed_query(embedder, query)
-    hits: list[VectorHit] = index.search(vector, namespace=namespace, collection=collection, limit=limit, now=now)
-    return _semantic_scored(hits, embedder.curve)
+    vector = start_query(embedder, query)
+
+    def finish(*, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]:
+        hits: list[VectorHit] = index.search(vector(), namespace=namespace, collection=collection, limit=limit, now=now)
+        return _semantic_scored(hits, embedder.curve)
+
+    return finish
 
 
 def _semantic_scored(hits: list[VectorHit], curve: Any) -> list[Scored]:
@@ -121,9 +136,13 @@ def _both_sides(query: str, *, namespace: str, collection: str | None, limit: in
     embedder). On Qdrant both come from one Query API call a collection."""
     index = _qdrant()
     if index is None:
+        try:
+            pending: SemanticSearch | None = start_semantic(query)  # the model embeds while full-text scores
+        except EmbeddingUnavailable:
+            pending = None
         text = fulltext_hits(query, namespace=namespace, collection=collection, limit=limit, now=now)
         try:
-            semantic = semantic_hits(query, namespace=namespace, collection=collection, limit=limit, now=now)
+            semantic = pending(namespace=namespace, collection=collection, limit=limit, now=now) if pending else []
         except EmbeddingUnavailable:
             semantic = []  # degrade silently to full-text
         return semantic, text

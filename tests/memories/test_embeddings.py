@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -17,11 +18,15 @@ from memories.embeddings import (
     IDENTITY_CURVE,
     LocalE5Embedder,
     OpenAIEmbedder,
+    StartsQueries,
     build_embedder,
     calibrate,
+    embed_query,
     from_bytes,
+    start_query,
     to_bytes,
 )
+from tests.conftest import HashEmbedder
 
 
 def _sim(e5: LocalE5Embedder, a: str, b: str) -> float:
@@ -192,3 +197,67 @@ def test_a_long_memory_is_cut_where_the_model_stops_reading(e5: LocalE5Embedder)
     assert fit_to_model(short, lambda t: model.token_count(t, False)) == short
     chinese = "部署在每周二下午进行。" * 200  # CJK: about one token per character
     assert model.token_count(fit_to_model(chinese, lambda t: model.token_count(t, True)), True) <= MAX_TOKENS
+
+
+# --------------------------------------------------------------------------- started queries
+
+
+class StartedOnly(HashEmbedder):
+    """Embeds a query on request, its vector delivered when the test says (a model thread's future)."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, Future[np.ndarray]]] = []
+
+    def start_query(self, text: str) -> Future[np.ndarray]:
+        future: Future[np.ndarray] = Future()
+        self.started.append((text, future))
+        return future
+
+
+def test_start_query_returns_before_the_vector_and_caches_it() -> None:
+    embedder = StartedOnly()
+    assert isinstance(embedder, StartsQueries)
+    pending = start_query(embedder, "  where is  the cat ")
+    assert [text for text, _ in embedder.started] == ["where is the cat"]  # normalised, started at once
+    collected: list[np.ndarray] = []
+    reader = threading.Thread(target=lambda: collected.append(pending()))
+    reader.start()
+    reader.join(0.2)
+    assert reader.is_alive() and not collected  # the call waits for the model
+    embedder.started[0][1].set_result(embedder.embed_passage("where is the cat"))
+    reader.join(5)
+    assert np.array_equal(collected[0], embedder.embed_passage("where is the cat"))
+    again = start_query(embedder, "where is the cat")  # the cache answers: nothing started
+    assert len(embedder.started) == 1 and np.array_equal(again(), collected[0])
+    assert np.array_equal(embed_query(embedder, "where is the cat"), collected[0])
+
+
+def test_start_query_raises_the_models_error_when_collected() -> None:
+    embedder = StartedOnly()
+    pending = start_query(embedder, "a question")
+    embedder.started[0][1].set_exception(EmbeddingUnavailable("model gone"))
+    with pytest.raises(EmbeddingUnavailable):
+        pending()
+    retry = start_query(embedder, "a question")  # a failure is not cached
+    assert len(embedder.started) == 2
+    embedder.started[1][1].set_result(embedder.embed_passage("a question"))
+    assert np.array_equal(retry(), embedder.embed_passage("a question"))
+
+
+def test_an_embedder_without_its_own_thread_embeds_when_collected() -> None:
+    calls: list[str] = []
+
+    class Counting(HashEmbedder):
+        def embed_query(self, text: str) -> np.ndarray:
+            calls.append(text)
+            return super().embed_query(text)
+
+    pending = start_query(Counting(), "only when asked")
+    assert calls == []
+    assert np.array_equal(pending(), HashEmbedder().embed_passage("only when asked")) and calls == ["only when asked"]
+
+
+def test_the_local_model_starts_queries_on_its_thread(e5: LocalE5Embedder) -> None:
+    assert isinstance(e5, StartsQueries)
+    started = e5.start_query("query: how are backups kept?")
+    assert np.allclose(started.result(timeout=60), e5.embed_query("query: how are backups kept?"), atol=1e-6)

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from django.utils import timezone
 
@@ -13,9 +15,10 @@ from memories import embeddings, vector_index
 from memories.access import tracker
 from memories.models import Memory
 from memories.text import analyze, analyze_query
+from search import fulltext
 from search.selectors import HybridParams, Scored, apply_priors, fuse, memories_recall, memories_search
 from search.services import recall_run, search_run
-from tests.conftest import remember
+from tests.conftest import HashEmbedder, remember
 
 pytestmark = pytest.mark.django_db
 
@@ -358,3 +361,61 @@ def test_prior_effect_is_bounded() -> None:
 def test_priors_never_push_score_above_one() -> None:
     items = apply_priors([scored("x", 0.99, tier="T0", importance=1.0)], HybridParams())
     assert items[0].score <= 1.0
+
+
+# --------------------------------------------------------------------------- the query embeds while full-text scores
+
+
+class StartedQueries(HashEmbedder):
+    """A hash embedder whose queries are started like the local model's (a future from its own thread)."""
+
+    def __init__(self) -> None:
+        self.started: list[Future[np.ndarray]] = []
+
+    def start_query(self, text: str) -> Future[np.ndarray]:
+        future: Future[np.ndarray] = Future()
+        self.started.append(future)
+        return future
+
+
+@pytest.fixture
+def started_queries(hash_embedder) -> StartedQueries:  # noqa: ANN001 - the fixture sets the process up
+    embedder = StartedQueries()
+    embeddings.set_embedder(embedder)
+    vector_index.reset_vector_index()
+    return embedder
+
+
+def test_hybrid_scores_fulltext_while_the_query_embeds(started_queries: StartedQueries,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    target = remember("The billing service runs on Kubernetes").id
+    remember(DISTRACTORS[0])
+    events: list[str] = []
+    real_search = fulltext.search
+
+    def fulltext_search(*args: object, **kwargs: object) -> object:
+        pending = started_queries.started
+        events.append(f"fulltext with {len(pending)} started, done={pending[0].done() if pending else None}")
+        pending[0].set_result(started_queries.embed_passage("billing kubernetes"))  # the model answers meanwhile
+        return real_search(*args, **kwargs)
+
+    monkeypatch.setattr(fulltext, "search", fulltext_search)
+    found = search("billing kubernetes", "hybrid")
+    assert events == ["fulltext with 1 started, done=False"]  # started first, not waited for
+    assert ids(found)[0] == target
+    assert any(f.semantic is not None for f in found) and any(f.fulltext is not None for f in found)
+
+
+def test_hybrid_degrades_to_fulltext_when_the_started_query_fails(started_queries: StartedQueries,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    target = remember("The billing service runs on Kubernetes").id
+    real_search = fulltext.search
+
+    def fulltext_search(*args: object, **kwargs: object) -> object:
+        started_queries.started[0].set_exception(EmbeddingUnavailable("model gone"))
+        return real_search(*args, **kwargs)
+
+    monkeypatch.setattr(fulltext, "search", fulltext_search)
+    found = search("billing kubernetes", "hybrid")
+    assert ids(found) == [target]
+    assert found[0].semantic is None and found[0].fulltext is not None
