@@ -838,20 +838,18 @@ def remember_call(text: str, namespace: str) -> str:
     return memory_remember(data=data, actor=ACTOR).operation
 
 
-def time_searches(mode: str, questions: Sequence[str], namespaces: Sequence[str]) -> Phase:
+def time_searches(mode: str, questions: Sequence[str], namespaces: Sequence[str], name: str | None = None) -> Phase:
     def call(i: int) -> int:
         return search_call(questions[i], namespaces[i % len(namespaces)], mode)
 
-    return timed_phase(mode, len(questions), call, search_steps())
+    return timed_phase(name or mode, len(questions), call, search_steps())
 
 
 def time_fresh_hybrid(questions: Sequence[str], namespaces: Sequence[str]) -> Phase:
     """Hybrid searches of questions no earlier phase asked: the "hybrid" phase asks the semantic
     phase's questions again, so their query vectors come from the query cache; here each call
     embeds its query, as an agent's new question does."""
-    phase = time_searches("hybrid", questions, namespaces)
-    phase.name = "hybrid_fresh"
-    return phase
+    return time_searches("hybrid", questions, namespaces, name="hybrid_fresh")
 
 
 def fresh_questions(count: int, seed: int, asked: Sequence[str]) -> list[str]:
