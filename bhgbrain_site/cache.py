@@ -1,8 +1,12 @@
-"""Caches shared by several server processes: the store's key, and Django's database cache made
-safe for counters.
+"""Caches shared by several server processes: the store's key, a counter file for the workers of
+one host, and Django's database cache made safe for counters.
 
-Several workers without Redis count their rate limits in the database (``CounterDatabaseCache``):
-Django's ``DatabaseCache.incr`` reads the value, adds and writes it back with the *default*
+Several workers without Redis count their rate limits in a memory-mapped counter file on SQLite
+(``SharedCounterCache``: every worker of a SQLite store is on this host), and in the database on
+PostgreSQL, whose servers may run on several hosts (``CounterDatabaseCache``).
+Django's ``FileBasedCache`` would not do: a file per key, rewritten whole, with no lock.
+
+In the database, Django's ``DatabaseCache.incr`` reads the value, adds and writes it back with the *default*
 timeout, so two processes can lose an increment and every increment moves the expiry. Here
 ``incr`` locks the row (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE``
 transactions already serialise writers) and rewrites only the value, and ``add`` locks an
@@ -11,12 +15,22 @@ expired row before reusing it, so two processes opening the same window cannot b
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import hashlib
+import math
+import mmap
+import os
 import pickle
+import struct
+import threading
+import time
+from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from django.core.cache.backends.base import DEFAULT_TIMEOUT
+from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
 from django.core.cache.backends.db import DatabaseCache
 from django.db import connections, models, router, transaction
 from django.utils.timezone import now as tz_now
@@ -84,3 +98,162 @@ class CounterDatabaseCache(DatabaseCache):
                     [encoded, made],
                 )
         return value
+
+
+class SharedCounterCache(BaseCache):
+    """Integer counters in a memory-mapped file that the processes of one host share.
+
+    Several workers of one ``bhgbrain server start`` on SQLite without Redis count their rate
+    limits here instead of in the database: a request then takes a file lock for microseconds
+    instead of the store's one write lock (``BEGIN IMMEDIATE``, a write and a commit per request,
+    queued behind every ``remember``). ``add``, ``incr``, ``set`` and ``delete`` are atomic
+    across processes (``flock`` on the file) and across threads (a lock per process); ``incr``
+    keeps the expiry, as :class:`CounterDatabaseCache` does.
+
+    The file (``LOCATION``) is a fixed table of ``SLOTS`` slots: a key's 64-bit hash, its expiry
+    (epoch seconds; infinity: never) and its value, found by linear probing over at most
+    ``PROBES`` slots. Expired slots are reused. Only integers are stored. When every probed slot
+    holds an unexpired key (more than ``SLOTS`` live keys, or a pathological cluster), the one
+    closest to expiry is dropped: for a rate limit, that one client's window starts again.
+    """
+
+    MAGIC = b"BHGCNT01"
+    SLOTS = 16384
+    PROBES = 32
+    _HEADER = struct.Struct("<8sI4x")
+    _SLOT = struct.Struct("<Qdq")  # key hash (0: never used), expires, value
+
+    def __init__(self, location: str, params: dict[str, Any]) -> None:
+        super().__init__(params)
+        self._path = Path(location)
+        self._thread_lock = threading.Lock()
+        self._opened: tuple[int, int, mmap.mmap] | None = None  # (pid, fd, map)
+
+    # ------------------------------------------------------------------ the file
+
+    def _map(self) -> tuple[int, mmap.mmap]:
+        """The file's descriptor and map, opened (and created) once per process."""
+        if self._opened is not None and self._opened[0] == os.getpid():
+            return self._opened[1], self._opened[2]
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        size = self._HEADER.size + self.SLOTS * self._SLOT.size
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.fstat(fd).st_size != size or os.pread(fd, len(self.MAGIC), 0) != self.MAGIC:
+                os.ftruncate(fd, 0)  # new, or another layout: counters are never worth keeping
+                os.ftruncate(fd, size)
+                os.pwrite(fd, self._HEADER.pack(self.MAGIC, self.SLOTS), 0)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        self._opened = (os.getpid(), fd, mmap.mmap(fd, size))
+        return fd, self._opened[2]
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[mmap.mmap]:
+        with self._thread_lock:
+            fd, table = self._map()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                yield table
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _offset(self, index: int) -> int:
+        return self._HEADER.size + index * self._SLOT.size
+
+    def _hash(self, key: str, version: int | None) -> int:
+        made = self.make_and_validate_key(key, version=version)
+        return int.from_bytes(hashlib.blake2b(made.encode(), digest_size=8).digest(), "little") or 1
+
+    def _find(self, table: mmap.mmap, hashed: int, now: float) -> tuple[int | None, int]:
+        """(the slot holding the key unexpired or None, the slot to write it to)."""
+        free: int | None = None
+        oldest, oldest_expiry = hashed % self.SLOTS, math.inf
+        for probe in range(self.PROBES):
+            index = (hashed + probe) % self.SLOTS
+            held, expires, _value = self._SLOT.unpack_from(table, self._offset(index))
+            if held == 0:  # never used: the key is not further along
+                return None, index if free is None else free
+            if expires <= now:
+                if held == hashed:
+                    return None, index
+                free = index if free is None else free
+            elif held == hashed:
+                return index, index
+            elif expires < oldest_expiry:
+                oldest, oldest_expiry = index, expires
+        return None, oldest if free is None else free
+
+    def _write(self, table: mmap.mmap, index: int, hashed: int, expires: float, value: int) -> None:
+        self._SLOT.pack_into(table, self._offset(index), hashed, expires, value)
+
+    def _expiry(self, timeout: float | None) -> float:
+        expires = self.get_backend_timeout(timeout)
+        return math.inf if expires is None else float(expires)
+
+    @staticmethod
+    def _integer(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
+            raise TypeError("SharedCounterCache stores 64-bit integers only")
+        return value
+
+    # ------------------------------------------------------------------ the cache API
+
+    def add(self, key: str, value: Any, timeout: float | None = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        value, hashed = self._integer(value), self._hash(key, version)
+        with self._locked() as table:
+            live, slot = self._find(table, hashed, time.time())
+            if live is not None:
+                return False
+            self._write(table, slot, hashed, self._expiry(timeout), value)
+            return True
+
+    def incr(self, key: str, delta: int = 1, version: int | None = None) -> int:
+        delta, hashed = self._integer(delta), self._hash(key, version)
+        with self._locked() as table:
+            live, _slot = self._find(table, hashed, time.time())
+            if live is None:
+                raise ValueError(f"Key '{key}' not found.")
+            _held, expires, value = self._SLOT.unpack_from(table, self._offset(live))
+            value = self._integer(value + delta)
+            self._write(table, live, hashed, expires, value)
+            return value
+
+    def set(self, key: str, value: Any, timeout: float | None = DEFAULT_TIMEOUT, version: int | None = None) -> None:
+        value, hashed = self._integer(value), self._hash(key, version)
+        with self._locked() as table:
+            _live, slot = self._find(table, hashed, time.time())
+            self._write(table, slot, hashed, self._expiry(timeout), value)
+
+    def get(self, key: str, default: Any = None, version: int | None = None) -> Any:
+        hashed = self._hash(key, version)
+        with self._locked() as table:
+            live, _slot = self._find(table, hashed, time.time())
+            return default if live is None else self._SLOT.unpack_from(table, self._offset(live))[2]
+
+    def touch(self, key: str, timeout: float | None = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        hashed = self._hash(key, version)
+        with self._locked() as table:
+            live, _slot = self._find(table, hashed, time.time())
+            if live is None:
+                return False
+            value = self._SLOT.unpack_from(table, self._offset(live))[2]
+            self._write(table, live, hashed, self._expiry(timeout), value)
+            return True
+
+    def delete(self, key: str, version: int | None = None) -> bool:
+        hashed = self._hash(key, version)
+        with self._locked() as table:
+            live, _slot = self._find(table, hashed, time.time())
+            if live is None:
+                return False
+            self._write(table, live, hashed, 0.0, 0)  # expired, but still part of the probe chain
+            return True
+
+    def has_key(self, key: str, version: int | None = None) -> bool:
+        return self.get(key, version=version) is not None
+
+    def clear(self) -> None:
+        with self._locked() as table:
+            table[self._HEADER.size:] = bytes(self.SLOTS * self._SLOT.size)

@@ -15,6 +15,7 @@ from django.core.cache.backends.locmem import LocMemCache
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
+from bhgbrain_site.cache import CounterDatabaseCache, SharedCounterCache
 from bhgbrain_site.config import BHGBrainConfig
 from bhgbrain_site.errors import AuthRequired, PayloadTooLarge, RateLimited, to_envelope
 from bhgbrain_site.metrics import metrics
@@ -159,8 +160,9 @@ def bearer_auth_middleware(get_response: Callable) -> Callable:
 class RateLimiter:
     """At most ``limit`` requests per client address in a 60 s window opened by its first request.
 
-    The count lives in Django's ``ratelimit`` cache (settings.CACHES): Redis when configured,
-    the database with several workers and no Redis, memory for one process. ``add`` opens the
+    The count lives in Django's ``ratelimit`` cache (settings.CACHES): Redis when configured;
+    with several workers and no Redis a counter file (SQLite) or the database (PostgreSQL);
+    memory for one process. ``add`` opens the
     window (only if none is open) and ``incr`` counts atomically in every one of them, so N
     workers admit ``limit`` requests in all, not ``limit`` each.
     """
@@ -172,14 +174,16 @@ class RateLimiter:
     def _cache() -> BaseCache:
         return caches["ratelimit"]
 
-    def in_memory(self) -> bool:
-        """Counted in this process's memory (one worker, no Redis): no I/O, so callable on the event loop."""
-        return isinstance(self._cache(), LocMemCache)
+    def inline(self) -> bool:
+        """Counted without network or database I/O (this process's memory, or the counter file of
+        several workers on SQLite): microseconds, so callable on the event loop."""
+        return isinstance(self._cache(), LocMemCache | SharedCounterCache)
 
     def hit(self, key: str, limit: int) -> tuple[bool, int]:
         """Record one request; (allowed, remaining)."""
-        drop_broken_connections()  # several workers without Redis count in the database
         cache, name = self._cache(), f"rl:{key}"
+        if isinstance(cache, CounterDatabaseCache):
+            drop_broken_connections()
         for _ in range(3):
             if cache.add(name, 0, timeout=self.WINDOW):
                 self._opened(cache)
@@ -267,7 +271,7 @@ def http_guard(app: Callable) -> Callable:
         if not scope.get("path", "").startswith(UNLIMITED_PREFIXES):
             peer = scope_peer(scope)
             try:
-                if rate_limiter.in_memory():
+                if rate_limiter.inline():
                     allowed, remaining = rate_limiter.hit(peer, security.rate_limit_rpm)
                 else:
                     allowed, remaining = await hit(peer, security.rate_limit_rpm)

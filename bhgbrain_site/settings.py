@@ -166,11 +166,18 @@ def _redis_cache() -> dict[str, Any]:
 
 def _caches() -> dict[str, Any]:
     """``ratelimit`` counts requests per client (bhgbrain_site.security): in Redis when configured;
-    with several workers and no Redis in the database (a counter-safe database cache, table
-    ``bhgbrain_cache``, created by every migrate); one process keeps it in memory as before."""
+    with several workers and no Redis in a counter file in data_dir shared by the workers (SQLite:
+    every worker is on this host) or in the database (PostgreSQL, whose servers may be on several
+    hosts: a counter-safe database cache, table ``bhgbrain_cache``, created by every migrate); one
+    process keeps it in memory as before."""
     local = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     if REDIS_URL:
         return {"default": _redis_cache(), "ratelimit": _redis_cache()}
+    if BHGBRAIN_WORKERS > 1 and DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        # the workers of one host: a counter file, off the store's one write lock (cache.py)
+        shared = {"BACKEND": "bhgbrain_site.cache.SharedCounterCache", "LOCATION": str(BHGBRAIN_DATA_DIR / "ratelimit.counters"),
+                  "KEY_PREFIX": f"bhgbrain:{BHGBRAIN_STORE_KEY}"}
+        return {"default": local, "ratelimit": shared}
     if BHGBRAIN_WORKERS > 1:
         shared = {"BACKEND": "bhgbrain_site.cache.CounterDatabaseCache", "LOCATION": "bhgbrain_cache",
                   "KEY_PREFIX": "bhgbrain", "OPTIONS": {"MAX_ENTRIES": 100_000}}

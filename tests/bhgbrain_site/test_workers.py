@@ -1,5 +1,5 @@
 """Several workers (`bhgbrain server start --workers 2`), real processes over real HTTP: on SQLite
-without Redis (the rate limits in the database) and on PostgreSQL + Redis.
+without Redis (the rate limits in a counter file the workers share) and on PostgreSQL + Redis.
 
 Every response names the worker that served it (``X-BHGBrain-Worker``); requests go on fresh
 connections, several at a time, until both workers have answered, so each test sees both."""
@@ -97,6 +97,10 @@ def test_a_rate_limit_admits_n_requests_in_all_across_two_workers(tmp_path: Path
     # one shared counter: every remaining count from N-1 down to 0 was handed out exactly once
     assert sorted(int(r.headers["x-ratelimit-remaining"]) for r in allowed) == list(range(limit))
     assert {r.json()["error"]["code"] for r in refused} == {"RATE_LIMITED"}
+    if not backend:  # SQLite: the workers count in their counter file, never under the store's write lock
+        assert (live.home / "ratelimit.counters").is_file()
+        tables = {name for (name,) in _query(live, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "bhgbrain_cache" not in tables or _query(live, "SELECT count(*) FROM bhgbrain_cache") == [(0,)]
 
 
 @pytest.fixture(scope="module")
