@@ -10,6 +10,9 @@ no rate limit, loopback: no token) and the same kind of queries are sent
   ``httpx.AsyncClient``, ~1.1 ms: the difference is the client library's, not the transport's);
 - REST: ``POST /api/search/`` (the DRF viewset; kept alive the same way);
 - MCP HTTP: a real ``mcp`` SDK session per client over streamable HTTP ``/mcp``;
+- MCP HTTP TS: the same through the TypeScript SDK's client (``@modelcontextprotocol/sdk``, as
+  Node-based agents such as Claude Code, Claude Desktop and Cursor speak MCP), one Node process per
+  client (bench/ts_mcp.py; the SDK is installed on first use, the row is left out without Node);
 - MCP HTTP raw: the same kind of session on ``/mcp`` spoken as plain JSON-RPC over the same HTTP
   client (no SDK client: no task pipeline, no per-result schema validation), which splits the SDK
   row's overhead into the server's MCP cost and the Python client library's;
@@ -78,15 +81,17 @@ from lean_http import LeanHTTP  # noqa: E402
 from load import CallFailed, http_transport, mcp_session_calls, mcp_transport, percentiles  # noqa: E402
 from machine import load_average  # noqa: E402
 from mcp_initialize import server_rss_mib, stdio_parameters, stdio_pids, write_snapshots  # noqa: E402
+from ts_mcp import TimedCall  # noqa: E402
 from workers_load import preload_store, rss_mib, start_server, stop_server  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results"
 IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_STDIO, HEALTH = "in-process", "/tool", "REST", "MCP HTTP", "MCP stdio", "/health"
+MCP_TS = "MCP HTTP TS"  # the same /mcp through the TypeScript SDK's client (Node-based agents)
 MCP_RAW = "MCP HTTP raw"  # the same /mcp session without the Python SDK client: the server's share of MCP HTTP
 STDIO_RAW = "MCP stdio raw"  # the same for stdio: JSON-RPC lines on the process's pipes
-TRANSPORTS = (IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_RAW, MCP_STDIO, STDIO_RAW)
+TRANSPORTS = (IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_TS, MCP_RAW, MCP_STDIO, STDIO_RAW)
 HTTP_CLIENTS = ("lean", "httpx")
-SERVED = (TOOL, REST, MCP_HTTP, MCP_RAW)  # answered by the one HTTP server (stdio: processes of their own)
+SERVED = (TOOL, REST, MCP_HTTP, MCP_TS, MCP_RAW)  # answered by the one HTTP server (stdio: processes of their own)
 MODES = ("fulltext", "semantic", "hybrid")
 VARIANTS = ("fresh", "cached")
 LIMIT = 10
@@ -136,6 +141,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.clients = [int(c) for c in args.clients.split(",")]
     args.modes = [m for m in args.modes.split(",") if m]
     args.transports = [IN_PROCESS] + [t for t in args.transports.split(",") if t and t != IN_PROCESS]
+    args.ts_note = None
+    if MCP_TS in args.transports:
+        import ts_mcp
+
+        args.ts_note = ts_mcp.unavailable()
+        if args.ts_note:
+            log(f"{MCP_TS} left out: {args.ts_note}")
+            args.transports.remove(MCP_TS)
     unknown = set(args.modes) - set(MODES) | set(args.transports) - set(TRANSPORTS)
     if unknown or args.queries < 2 or min(args.clients) < 1 or not 1 <= args.rounds <= args.queries or \
             not 1 <= args.workers <= 64:
@@ -242,11 +255,12 @@ async def async_cell(senders: Sequence[Send], questions: Sequence[str], into: Ti
         for question in mine:
             started = time.perf_counter()
             try:
-                await send(question)
+                result = await send(question)
             except (CallFailed, httpx.HTTPError, OSError, RuntimeError) as exc:
                 errors[getattr(exc, "code", type(exc).__name__)] += 1
                 continue
-            latencies.append((time.perf_counter() - started) * 1e3)
+            elapsed = (time.perf_counter() - started) * 1e3
+            latencies.append(float(result) if isinstance(result, TimedCall) else elapsed)  # timed by the client itself
 
     load_before, started = load_average(), time.perf_counter()
     await asyncio.gather(*(client(s, c) for s, c in zip(senders, chunks(questions, len(senders)), strict=True)))
@@ -433,6 +447,7 @@ class Clients:
         self.http: list[HTTPClient] = []
         self.stdio_startup_s: list[float] = []
         self.raw_stdio_pids: list[int] = []
+        self.client_pids: dict[str, list[int]] = {}  # clients in processes of their own (Node): their CPU is the client's
 
     def senders(self, transport: str, mode: str, clients: int) -> list[Send]:
         return [make(mode) for make in self.calls[transport][:clients]]
@@ -458,6 +473,12 @@ async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, url: str
     out.calls[REST] = [rest_sender(c, namespace) for c in out.http]
     if MCP_HTTP in args.transports:
         out.calls[MCP_HTTP] = [tool_sender((await mcp_transport(stack, url))[0], namespace) for _ in range(count)]
+    if MCP_TS in args.transports:
+        import ts_mcp
+
+        ts = [await ts_mcp.open_client(stack, url, errlog) for _ in range(count)]
+        out.calls[MCP_TS] = [tool_sender(client.call, namespace) for client in ts]
+        out.client_pids[MCP_TS] = [client.pid for client in ts]
     if MCP_RAW in args.transports:
         out.calls[MCP_RAW] = [tool_sender(await raw_mcp_transport(stack, url, args.http_client), namespace)
                               for _ in range(count)]
@@ -539,12 +560,13 @@ async def measure(args: argparse.Namespace, size: int, url: str, server_pid: int
                 for transport in [*args.transports[turn:], *args.transports[:turn]]:
                     share = asked[transport][r::args.rounds]
                     timing, serving = timings[transport], servers.get(transport, [])
-                    client_before, server_before = time.process_time(), cpu_s(serving)
+                    elsewhere = clients.client_pids.get(transport, [])
+                    client_before, server_before = time.process_time() + cpu_s(elsewhere), cpu_s(serving)
                     if transport == IN_PROCESS:
                         await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), share, count, timing)
                     else:
                         await async_cell(clients.senders(transport, mode, count), share, timing)
-                    timing.client_cpu_s += time.process_time() - client_before
+                    timing.client_cpu_s += time.process_time() + cpu_s(elsewhere) - client_before
                     timing.server_cpu_s += cpu_s(serving) - server_before
                     if transport == IN_PROCESS:
                         await asyncio.to_thread(settle_in_process)
@@ -776,7 +798,7 @@ def report(data: dict[str, Any], markdown: bool) -> str:
         header, rows = cpu_table(result, "cached", min(data["run"]["clients"]), data["run"]["modes"])
         if rows:
             out += ["", f"{'### ' if markdown else ''}CPU per request, {min(data['run']['clients'])} client, cached questions "
-                    "(client: this process, every thread; server: the server process, or the MCP stdio processes)", "",
+                    "(client: this process, every thread, or the Node clients; server: the server process, or the MCP stdio processes)", "",
                     render(header, rows)]
         out += [""] + [health_line(c) for c in result["health"]]
         header, rows = target_rows(result)
@@ -800,7 +822,7 @@ def run(args: argparse.Namespace, home: Path) -> dict[str, Any]:
             "run": {"sizes": args.sizes, "clients": args.clients, "modes": args.modes, "transports": args.transports,
                     "queries": args.queries, "cached": args.cached, "warmup": args.warmup, "seed": args.seed,
                     "stdio_sessions": args.stdio_sessions, "rounds": args.rounds, "workers": args.workers,
-                    "http_client": args.http_client,
+                    "http_client": args.http_client, "ts_client": args.ts_note or "@modelcontextprotocol/sdk (bench/mcp_ts_client)",
                     "namespaces": args.namespaces, "limit": LIMIT},
             "sizes": sizes}
 

@@ -1,0 +1,93 @@
+"""MCP clients on the TypeScript SDK for bench/transport_latency.py: one Node process per client.
+
+Node-based agents (Claude Code, Claude Desktop, Cursor, VS Code) speak MCP through
+``@modelcontextprotocol/sdk``; the Python SDK's client costs several times more CPU per call (its
+``jsonschema`` validation, pydantic models, anyio streams and httpx), so the Python row alone
+overstates what most agents pay. Each client is ``node bench/mcp_ts_client/client.mjs <url>``: a real
+streamable-HTTP session, tools listed once (the SDK then validates each structured result against
+the tool's output schema, with ajv), driven by JSON lines on its pipes. The call is timed inside
+Node (``performance.now`` around ``callTool``), so the pipe to this process is not counted.
+
+The SDK is installed on first use (``npm ci`` in ``bench/mcp_ts_client``, versions pinned by its
+lockfile). Without ``node`` and ``npm`` the row is left out, with a note.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+CLIENT_DIR = Path(__file__).resolve().parent / "mcp_ts_client"
+
+
+class TimedCall(float):
+    """A latency in ms measured by the client process itself (the bench keeps it instead of its own)."""
+
+
+class TSCallFailed(RuntimeError):
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = f"ts {code}"
+
+
+def unavailable() -> str | None:
+    """Why the TypeScript client cannot run here (None: it can; installs the SDK if needed)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        return "node and npm are not on PATH"
+    if not (CLIENT_DIR / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
+        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=CLIENT_DIR, capture_output=True, text=True,
+                              check=False, timeout=600)
+        if done.returncode != 0:
+            return f"npm ci failed: {done.stderr.strip()[-300:]}"
+    return None
+
+
+class TSClient:
+    """One Node process: one MCP session, one request at a time."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.pid = process.pid
+
+    async def _line(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = await self.process.stdout.readline()
+        if not line:
+            raise TSCallFailed("the Node client exited")
+        return json.loads(line)
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> TimedCall:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"tool": tool, "arguments": arguments}).encode() + b"\n")
+        await self.process.stdin.drain()
+        answer = await self._line()
+        if answer.get("error"):
+            raise TSCallFailed(str(answer["error"]))
+        return TimedCall(answer["ms"])
+
+    async def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            await asyncio.wait_for(self.process.wait(), 10)
+        except TimeoutError:
+            self.process.kill()
+            await self.process.wait()
+
+
+async def open_client(stack: AsyncExitStack, url: str, errlog: Any) -> TSClient:
+    """A started, initialized client whose process ends with ``stack``."""
+    process = await asyncio.create_subprocess_exec(
+        "node", str(CLIENT_DIR / "client.mjs"), url, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=errlog, cwd=CLIENT_DIR)
+    client = TSClient(process)
+    stack.push_async_callback(client.close)
+    ready = await asyncio.wait_for(client._line(), 60)  # noqa: SLF001 - its own first line
+    if not ready.get("ready"):
+        raise TSCallFailed(f"unexpected first line {ready}")
+    return client
