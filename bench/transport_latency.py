@@ -77,11 +77,11 @@ sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 import httpx  # noqa: E402
 import search_latency as lat  # noqa: E402 - store set-up, questions and machine facts are shared
+import ts_mcp  # noqa: E402
 from lean_http import LeanHTTP  # noqa: E402
 from load import CallFailed, http_transport, mcp_session_calls, mcp_transport, percentiles  # noqa: E402
 from machine import load_average  # noqa: E402
 from mcp_initialize import server_rss_mib, stdio_parameters, stdio_pids, write_snapshots  # noqa: E402
-from ts_mcp import TimedCall  # noqa: E402
 from workers_load import preload_store, rss_mib, start_server, stop_server  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -143,8 +143,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.transports = [IN_PROCESS] + [t for t in args.transports.split(",") if t and t != IN_PROCESS]
     args.ts_note = None
     if MCP_TS in args.transports:
-        import ts_mcp
-
         args.ts_note = ts_mcp.unavailable()
         if args.ts_note:
             log(f"{MCP_TS} left out: {args.ts_note}")
@@ -260,7 +258,7 @@ async def async_cell(senders: Sequence[Send], questions: Sequence[str], into: Ti
                 errors[getattr(exc, "code", type(exc).__name__)] += 1
                 continue
             elapsed = (time.perf_counter() - started) * 1e3
-            latencies.append(float(result) if isinstance(result, TimedCall) else elapsed)  # timed by the client itself
+            latencies.append(float(result) if isinstance(result, ts_mcp.TimedCall) else elapsed)  # timed by the client itself
 
     load_before, started = load_average(), time.perf_counter()
     await asyncio.gather(*(client(s, c) for s, c in zip(senders, chunks(questions, len(senders)), strict=True)))
@@ -474,8 +472,6 @@ async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, url: str
     if MCP_HTTP in args.transports:
         out.calls[MCP_HTTP] = [tool_sender((await mcp_transport(stack, url))[0], namespace) for _ in range(count)]
     if MCP_TS in args.transports:
-        import ts_mcp
-
         ts = [await ts_mcp.open_client(stack, url, errlog) for _ in range(count)]
         out.calls[MCP_TS] = [tool_sender(client.call, namespace) for client in ts]
         out.client_pids[MCP_TS] = [client.pid for client in ts]

@@ -21,17 +21,13 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+from load import CallFailed
+
 CLIENT_DIR = Path(__file__).resolve().parent / "mcp_ts_client"
 
 
 class TimedCall(float):
     """A latency in ms measured by the client process itself (the bench keeps it instead of its own)."""
-
-
-class TSCallFailed(RuntimeError):
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = f"ts {code}"
 
 
 def unavailable() -> str | None:
@@ -58,7 +54,7 @@ class TSClient:
         assert self.process.stdout is not None
         line = await self.process.stdout.readline()
         if not line:
-            raise TSCallFailed("the Node client exited")
+            raise CallFailed("ts the Node client exited")
         return json.loads(line)
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> TimedCall:
@@ -67,7 +63,7 @@ class TSClient:
         await self.process.stdin.drain()
         answer = await self._line()
         if answer.get("error"):
-            raise TSCallFailed(str(answer["error"]))
+            raise CallFailed(f"ts {answer['error']}")
         return TimedCall(answer["ms"])
 
     async def close(self) -> None:
@@ -89,5 +85,5 @@ async def open_client(stack: AsyncExitStack, url: str, errlog: Any) -> TSClient:
     stack.push_async_callback(client.close)
     ready = await asyncio.wait_for(client._line(), 60)  # noqa: SLF001 - its own first line
     if not ready.get("ready"):
-        raise TSCallFailed(f"unexpected first line {ready}")
+        raise CallFailed(f"ts unexpected first line {ready}")
     return client

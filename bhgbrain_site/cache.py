@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import math
@@ -185,8 +186,13 @@ class SharedCounterCache(BaseCache):
                 oldest, oldest_expiry = index, expires
         return None, oldest if free is None else free
 
-    def _write(self, table: mmap.mmap, index: int, hashed: int, expires: float, value: int) -> None:
-        self._SLOT.pack_into(table, self._offset(index), hashed, expires, value)
+    @contextlib.contextmanager
+    def _slot(self, key: str, version: int | None) -> Iterator[_Slot]:
+        """The key's slot, under both locks: where it lives (if unexpired) or would be written."""
+        hashed = self._hash(key, version)
+        with self._locked() as table:
+            live, index = self._find(table, hashed, time.time())
+            yield _Slot(table, self._offset(index), hashed, live is not None)
 
     def _expiry(self, timeout: float | None) -> float:
         expires = self.get_backend_timeout(timeout)
@@ -201,55 +207,43 @@ class SharedCounterCache(BaseCache):
     # ------------------------------------------------------------------ the cache API
 
     def add(self, key: str, value: Any, timeout: float | None = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
-        value, hashed = self._integer(value), self._hash(key, version)
-        with self._locked() as table:
-            live, slot = self._find(table, hashed, time.time())
-            if live is not None:
+        value = self._integer(value)
+        with self._slot(key, version) as slot:
+            if slot.live:
                 return False
-            self._write(table, slot, hashed, self._expiry(timeout), value)
+            slot.write(self._expiry(timeout), value)
             return True
 
     def incr(self, key: str, delta: int = 1, version: int | None = None) -> int:
-        delta, hashed = self._integer(delta), self._hash(key, version)
-        with self._locked() as table:
-            live, _slot = self._find(table, hashed, time.time())
-            if live is None:
+        delta = self._integer(delta)
+        with self._slot(key, version) as slot:
+            if not slot.live:
                 raise ValueError(f"Key '{key}' not found.")
-            _held, expires, value = self._SLOT.unpack_from(table, self._offset(live))
+            expires, value = slot.read()
             value = self._integer(value + delta)
-            self._write(table, live, hashed, expires, value)
+            slot.write(expires, value)
             return value
 
     def set(self, key: str, value: Any, timeout: float | None = DEFAULT_TIMEOUT, version: int | None = None) -> None:
-        value, hashed = self._integer(value), self._hash(key, version)
-        with self._locked() as table:
-            _live, slot = self._find(table, hashed, time.time())
-            self._write(table, slot, hashed, self._expiry(timeout), value)
+        value = self._integer(value)
+        with self._slot(key, version) as slot:
+            slot.write(self._expiry(timeout), value)
 
     def get(self, key: str, default: Any = None, version: int | None = None) -> Any:
-        hashed = self._hash(key, version)
-        with self._locked() as table:
-            live, _slot = self._find(table, hashed, time.time())
-            return default if live is None else self._SLOT.unpack_from(table, self._offset(live))[2]
+        with self._slot(key, version) as slot:
+            return slot.read()[1] if slot.live else default
 
     def touch(self, key: str, timeout: float | None = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
-        hashed = self._hash(key, version)
-        with self._locked() as table:
-            live, _slot = self._find(table, hashed, time.time())
-            if live is None:
-                return False
-            value = self._SLOT.unpack_from(table, self._offset(live))[2]
-            self._write(table, live, hashed, self._expiry(timeout), value)
-            return True
+        with self._slot(key, version) as slot:
+            if slot.live:
+                slot.write(self._expiry(timeout), slot.read()[1])
+            return slot.live
 
     def delete(self, key: str, version: int | None = None) -> bool:
-        hashed = self._hash(key, version)
-        with self._locked() as table:
-            live, _slot = self._find(table, hashed, time.time())
-            if live is None:
-                return False
-            self._write(table, live, hashed, 0.0, 0)  # expired, but still part of the probe chain
-            return True
+        with self._slot(key, version) as slot:
+            if slot.live:
+                slot.write(0.0, 0)  # expired, but still part of the probe chain
+            return slot.live
 
     def has_key(self, key: str, version: int | None = None) -> bool:
         return self.get(key, version=version) is not None
@@ -257,3 +251,21 @@ class SharedCounterCache(BaseCache):
     def clear(self) -> None:
         with self._locked() as table:
             table[self._HEADER.size:] = bytes(self.SLOTS * self._SLOT.size)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Slot:
+    """One slot of a :class:`SharedCounterCache` table, read and written while its locks are held."""
+
+    table: mmap.mmap
+    offset: int
+    hashed: int
+    live: bool  # it holds the key, unexpired
+
+    def read(self) -> tuple[float, int]:
+        """(expires, value)"""
+        _held, expires, value = SharedCounterCache._SLOT.unpack_from(self.table, self.offset)  # noqa: SLF001 - the layout
+        return expires, value
+
+    def write(self, expires: float, value: int) -> None:
+        SharedCounterCache._SLOT.pack_into(self.table, self.offset, self.hashed, expires, value)  # noqa: SLF001

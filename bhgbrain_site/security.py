@@ -15,7 +15,7 @@ from django.core.cache.backends.locmem import LocMemCache
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
-from bhgbrain_site.cache import CounterDatabaseCache, SharedCounterCache
+from bhgbrain_site.cache import SharedCounterCache
 from bhgbrain_site.config import BHGBrainConfig
 from bhgbrain_site.errors import AuthRequired, PayloadTooLarge, RateLimited, to_envelope
 from bhgbrain_site.metrics import metrics
@@ -171,19 +171,19 @@ class RateLimiter:
     SLOT = 10  # windows opened are counted per 10 s slot, for the metrics' bucket gauge
 
     @staticmethod
-    def _cache() -> BaseCache:
+    def counter() -> BaseCache:
+        """This thread's ``ratelimit`` cache."""
         return caches["ratelimit"]
 
-    def inline(self) -> bool:
+    @staticmethod
+    def inline(cache: BaseCache) -> bool:
         """Counted without network or database I/O (this process's memory, or the counter file of
         several workers on SQLite): microseconds, so callable on the event loop."""
-        return isinstance(self._cache(), LocMemCache | SharedCounterCache)
+        return isinstance(cache, LocMemCache | SharedCounterCache)
 
-    def hit(self, key: str, limit: int) -> tuple[bool, int]:
-        """Record one request; (allowed, remaining)."""
-        cache, name = self._cache(), f"rl:{key}"
-        if isinstance(cache, CounterDatabaseCache):
-            drop_broken_connections()
+    def hit(self, key: str, limit: int, cache: BaseCache | None = None) -> tuple[bool, int]:
+        """Record one request in ``cache`` (default: this thread's counter); (allowed, remaining)."""
+        cache, name = self.counter() if cache is None else cache, f"rl:{key}"
         for _ in range(3):
             if cache.add(name, 0, timeout=self.WINDOW):
                 self._opened(cache)
@@ -214,10 +214,15 @@ class RateLimiter:
         """Client addresses that opened a window in the last 60-70 s (windows last 60 s)."""
         now = self._slot()
         names = [f"rl-opened:{slot}" for slot in range(now - self.WINDOW // self.SLOT, now + 1)]
-        return sum(self._cache().get_many(names).values())
+        return sum(self.counter().get_many(names).values())
 
 
 rate_limiter = RateLimiter()
+
+
+def _hit_in_thread(key: str, limit: int) -> tuple[bool, int]:
+    drop_broken_connections()  # counted in the database (several workers on PostgreSQL): this thread's may have failed
+    return rate_limiter.hit(key, limit)
 UNLIMITED_PREFIXES = ("/health",)
 
 
@@ -260,7 +265,7 @@ def http_guard(app: Callable) -> Callable:
     over security.max_request_size_bytes before they are read whole. Every response names the
     worker process that served it (``X-BHGBrain-Worker``: its pid)."""
     worker = (b"x-bhgbrain-worker", str(os.getpid()).encode())
-    hit = sync_to_async(rate_limiter.hit, thread_sensitive=False)  # the cache may be Redis or the database
+    hit = sync_to_async(_hit_in_thread, thread_sensitive=False)  # the cache may be Redis or the database
 
     async def guarded(scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -271,8 +276,9 @@ def http_guard(app: Callable) -> Callable:
         if not scope.get("path", "").startswith(UNLIMITED_PREFIXES):
             peer = scope_peer(scope)
             try:
-                if rate_limiter.inline():
-                    allowed, remaining = rate_limiter.hit(peer, security.rate_limit_rpm)
+                counter = rate_limiter.counter()
+                if rate_limiter.inline(counter):
+                    allowed, remaining = rate_limiter.hit(peer, security.rate_limit_rpm, counter)
                 else:
                     allowed, remaining = await hit(peer, security.rate_limit_rpm)
             except Exception as exc:  # noqa: BLE001 - the counters' database or Redis down: the envelope, not a bare 500

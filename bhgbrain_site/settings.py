@@ -176,7 +176,7 @@ def _caches() -> dict[str, Any]:
     if BHGBRAIN_WORKERS > 1 and DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         # the workers of one host: a counter file, off the store's one write lock (cache.py)
         shared = {"BACKEND": "bhgbrain_site.cache.SharedCounterCache", "LOCATION": str(BHGBRAIN_DATA_DIR / "ratelimit.counters"),
-                  "KEY_PREFIX": f"bhgbrain:{BHGBRAIN_STORE_KEY}"}
+                  "KEY_PREFIX": "bhgbrain"}  # the file is the store's own (data_dir)
         return {"default": local, "ratelimit": shared}
     if BHGBRAIN_WORKERS > 1:
         shared = {"BACKEND": "bhgbrain_site.cache.CounterDatabaseCache", "LOCATION": "bhgbrain_cache",
