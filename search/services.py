@@ -1,6 +1,7 @@
 """Read-path operations with their side effect: results returned to a caller count as accesses."""
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import threading
@@ -131,6 +132,24 @@ def indexes_warm() -> None:
         connection.close()
 
 
-def start_warming() -> None:
-    threading.Thread(target=indexes_warm, name="bhgbrain-warm", daemon=True).start()
+def settle_heap() -> None:
+    """Collect once, then hide every object alive now (modules, Django, settings, the warm
+    indexes' structures) from the cyclic garbage collector (``gc.freeze``): a serving process
+    keeps them for good, and without this each full collection walks them all again, stopping
+    every request in the process meanwhile (measured in docs/performance.md, "Collector pauses").
+    Objects freed by their reference count still go; only cycles among the frozen ones would stay."""
+    gc.collect()
+    gc.freeze()
+
+
+def _warm_and_settle() -> None:
+    indexes_warm()
+    settle_heap()
+
+
+def start_warming() -> threading.Thread:
+    """A serving process's start: warm the indexes, then :func:`settle_heap`, off the request path."""
+    warm = threading.Thread(target=_warm_and_settle, name="bhgbrain-warm", daemon=True)
+    warm.start()
+    return warm
 
