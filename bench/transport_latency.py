@@ -30,8 +30,9 @@ for p95), then a verdict (met / not met) for each target of issue 13.
 Two variants, because every server process caches query embeddings (2048 per process):
 
 - ``fresh``: each (transport, mode, clients) cell gets its own questions, disjoint from every
-  other cell's (slices of one shuffled list of distinct questions), so no cell hits a cache that
-  another one filled: semantic and hybrid include embedding the query, as for a new question;
+  other cell's, so no cell hits a cache that another one filled: semantic and hybrid include
+  embedding the query, as for a new question. The transports of one cell get the same mix of
+  question lengths (:meth:`Questions.take_matched`);
 - ``cached``: one short list of questions, the same for every transport, sent once untimed and
   then timed (repeated): every query embedding is a cache hit in every process, so the
   difference to in-process is the transport's own cost.
