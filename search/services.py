@@ -136,7 +136,7 @@ def settle_heap() -> None:
     """Collect once, then hide every object alive now (modules, Django, settings, the warm
     indexes' structures) from the cyclic garbage collector (``gc.freeze``): a serving process
     keeps them for good, and without this each full collection walks them all again, stopping
-    every request in the process meanwhile (measured in docs/performance.md, "Collector pauses").
+    every request in the process meanwhile (measured: docs/performance.md, "2026-12-03").
     Objects freed by their reference count still go; only cycles among the frozen ones would stay."""
     gc.collect()
     gc.freeze()
