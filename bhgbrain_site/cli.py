@@ -125,7 +125,9 @@ def _shared_state(workers: int) -> str:
     if settings.REDIS_URL:
         return "Redis (rate limits, the scheduler's queue)"
     if workers > 1:
-        return "the database (rate limits: table bhgbrain_cache; the scheduler's queue)"
+        limits = ("a file the workers map, ratelimit.counters" if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+                  else "table bhgbrain_cache")
+        return f"the database (the scheduler's queue); rate limits: {limits}; connections shared out in turn"
     return "in this process (rate limits); the database (the scheduler's queue)"
 
 
@@ -325,7 +327,7 @@ def cmd_server_start(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         uvicorn.run("bhgbrain_site.cli:worker_application", factory=True, host=host, port=port, workers=workers,
-                    log_level="warning", lifespan="on")
+                    log_level="warning", lifespan="on", loop=_http_loop(workers))
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
@@ -336,6 +338,12 @@ def cmd_server_start(args: argparse.Namespace) -> int:
             except subprocess.TimeoutExpired:
                 scheduler.kill()
     return 0
+
+
+def _http_loop(workers: int) -> str:
+    """uvicorn's event loop: with several workers, one that shares the connections out
+    (bhgbrain_site.accept); with one, uvicorn's own choice (uvloop when installed)."""
+    return "bhgbrain_site.accept:new_event_loop" if workers > 1 else "auto"
 
 
 def _workers_refusal(workers: int) -> str | None:

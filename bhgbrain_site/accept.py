@@ -1,0 +1,145 @@
+"""Several HTTP workers share out their connections: the one serving fewer takes the next.
+
+uvicorn's workers share the socket its supervisor bound, and a worker's event loop accepts every
+pending connection as soon as the socket turns readable. Which worker wakes first is chance, and a
+kept-alive connection stays with the worker that accepted it for good: agents connecting one
+after another, or all at once, landed 4/4, 5/3, 6/2 and 8/0 on two workers (docs/performance.md),
+and the worker holding 6 or 8 of them queued their requests behind its one GIL while the other
+idled. So with ``workers > 1`` each worker's loop (``new_event_loop``, uvicorn's ``loop=``
+factory) accepts one connection at a time, and first waits a moment that grows with the
+connections it already serves (``DELAY_PER_CONNECTION`` each, at most ``MAX_DELAY``): every
+worker is woken by the same readiness, and the one with fewer connections reaches ``accept`` first.
+No state is shared between the workers; a worker with no connection accepts at once, and one
+that is busy (the GIL held by a request) simply leaves the connection to the other.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl as ssl_module
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger("bhgbrain")
+
+DELAY_PER_CONNECTION = 0.001  # seconds: larger than a woken idle process's scheduling jitter
+MAX_DELAY = 0.02  # a new connection to workers that all serve 20 or more waits at most this
+RETRY_AFTER_ERROR = 1.0  # seconds, as asyncio's own accept loop pauses after running out of descriptors
+
+
+def accept_delay(live: int) -> float:
+    """How long a worker serving ``live`` connections waits before it takes a new one."""
+    return min(live * DELAY_PER_CONNECTION, MAX_DELAY)
+
+
+class BalancedAcceptor:
+    """Stands in for the ``asyncio.Server`` uvicorn keeps per listening socket (it calls
+    ``close`` and ``wait_closed`` only): one task accepting from ``sock``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, protocol_factory: Callable[[], asyncio.Protocol],
+                 sock: socket.socket, ssl: ssl_module.SSLContext | None, backlog: int) -> None:
+        self._loop, self._factory, self._sock, self._ssl = loop, protocol_factory, sock, ssl
+        self._transports: set[asyncio.BaseTransport] = set()
+        self._pending = 0  # accepted, transport not made yet (a TLS handshake in progress)
+        sock.setblocking(False)  # the workers share the open file: every one of them polls
+        sock.listen(backlog)  # uvicorn's supervisor binds; asyncio's create_server would listen here
+        self._task = loop.create_task(self._accept_forever())
+        self.sockets = (sock,)
+
+    def live(self) -> int:
+        """Connections this worker serves now (closed ones are dropped as they are counted)."""
+        self._transports = {t for t in self._transports if not t.is_closing()}
+        return len(self._transports) + self._pending
+
+    def close(self) -> None:
+        self._task.cancel()
+
+    def is_serving(self) -> bool:
+        return not self._task.done()
+
+    async def wait_closed(self) -> None:
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+
+    async def _accept_forever(self) -> None:
+        while True:
+            await self._readable()
+            delay = accept_delay(self.live())
+            if delay:
+                await asyncio.sleep(delay)
+            connection = self._accept_one()
+            if connection is None:
+                continue
+            if isinstance(connection, OSError):
+                logger.error("accepting an HTTP connection failed (%s); retrying in %.0f s", connection,
+                             RETRY_AFTER_ERROR)
+                await asyncio.sleep(RETRY_AFTER_ERROR)
+                continue
+            self._pending += 1
+            self._loop.create_task(self._serve(connection))
+
+    def _accept_one(self) -> socket.socket | OSError | None:
+        """The next connection; None if another worker took it (or the client gave up)."""
+        try:
+            connection, _ = self._sock.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return None
+        except OSError as exc:  # out of descriptors or memory, mostly: a pause, as asyncio's own loop makes
+            return exc
+        connection.setblocking(False)
+        if connection.family in (socket.AF_INET, socket.AF_INET6):
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return connection
+
+    async def _readable(self) -> None:
+        """Until a connection is pending (the reader is removed again: the socket stays
+        readable while this worker waits its turn, and the wait must not spin)."""
+        ready = self._loop.create_future()
+        fd = self._sock.fileno()
+        self._loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            self._loop.remove_reader(fd)
+
+    async def _serve(self, connection: socket.socket) -> None:
+        try:
+            transport, _ = await self._loop.connect_accepted_socket(self._factory, connection, ssl=self._ssl)
+        except (OSError, ssl_module.SSLError) as exc:  # the client went away, or its TLS handshake failed
+            logger.debug("an accepted HTTP connection was dropped: %s", exc)
+            connection.close()
+        else:
+            self._transports.add(transport)
+        finally:
+            self._pending -= 1
+
+
+def _base_loop_class() -> type[asyncio.AbstractEventLoop]:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.SelectorEventLoop
+    return uvloop.Loop
+
+
+class _Balanced:
+    """A loop whose servers on an inherited socket (uvicorn's workers) accept in turn."""
+
+    async def create_server(self, protocol_factory: Callable[[], asyncio.Protocol], host: Any = None,
+                            port: Any = None, *, sock: socket.socket | None = None,
+                            ssl: ssl_module.SSLContext | None = None, backlog: int = 100, **kwargs: Any) -> Any:
+        if sock is None or host is not None or port is not None:
+            return await super().create_server(protocol_factory, host, port, sock=sock, ssl=ssl,  # type: ignore[misc]
+                                               backlog=backlog, **kwargs)
+        return BalancedAcceptor(self, protocol_factory, sock, ssl, backlog)  # type: ignore[arg-type]
+
+
+BalancedLoop: type[asyncio.AbstractEventLoop] = type("BalancedLoop", (_Balanced, _base_loop_class()), {})
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvicorn's loop factory for several workers (``loop="bhgbrain_site.accept:new_event_loop"``)."""
+    return BalancedLoop()
