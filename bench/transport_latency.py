@@ -81,12 +81,13 @@ import httpx  # noqa: E402
 import search_latency as lat  # noqa: E402 - store set-up, questions and machine facts are shared
 import ts_mcp  # noqa: E402
 from lean_http import LeanHTTP  # noqa: E402
-from load import CallFailed, http_transport, mcp_session_calls, mcp_transport, percentiles  # noqa: E402
+from load import CallFailed, http_transport, mcp_session_calls, percentiles  # noqa: E402
 from machine import load_average  # noqa: E402
 from mcp_initialize import server_rss_mib, stdio_parameters, stdio_pids, write_snapshots  # noqa: E402
 from workers_load import preload_store, rss_mib, start_server, stop_server  # noqa: E402
 
 RESULTS = REPO_ROOT / "bench" / "results"
+PY_CLIENT = REPO_ROOT / "bench" / "mcp_py_client.py"
 IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_STDIO, HEALTH = "in-process", "/tool", "REST", "MCP HTTP", "MCP stdio", "/health"
 MCP_TS = "MCP HTTP TS"  # the same /mcp through the TypeScript SDK's client (Node-based agents)
 MCP_RAW = "MCP HTTP raw"  # the same /mcp session without the Python SDK client: the server's share of MCP HTTP
@@ -476,7 +477,7 @@ class Clients:
         self.http: list[HTTPClient] = []
         self.stdio_startup_s: list[float] = []
         self.raw_stdio_pids: list[int] = []
-        self.client_pids: dict[str, list[int]] = {}  # clients in processes of their own (Node): their CPU is the client's
+        self.client_pids: dict[str, list[int]] = {}  # clients in processes of their own (Node, the Python SDK rows): their CPU is the client's
 
     def senders(self, transport: str, mode: str, clients: int) -> list[Send]:
         return [make(mode) for make in self.calls[transport][:clients]]
@@ -501,7 +502,9 @@ async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, url: str
     out.calls[TOOL] = [tool_sender(call, namespace) for call in calls]
     out.calls[REST] = [rest_sender(c, namespace) for c in out.http]
     if MCP_HTTP in args.transports:
-        out.calls[MCP_HTTP] = [tool_sender((await mcp_transport(stack, url))[0], namespace) for _ in range(count)]
+        sdk = [await py_sdk_client(stack, "http", url, errlog) for _ in range(count)]
+        out.calls[MCP_HTTP] = [tool_sender(client.call, namespace) for client in sdk]
+        out.client_pids[MCP_HTTP] = [client.pid for client in sdk]
     if MCP_TS in args.transports:
         ts = [await ts_mcp.open_client(stack, url, errlog) for _ in range(count)]
         out.calls[MCP_TS] = [tool_sender(client.call, namespace) for client in ts]
@@ -510,16 +513,8 @@ async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, url: str
         out.calls[MCP_RAW] = [tool_sender(await raw_mcp_transport(stack, url, args.http_client), namespace)
                               for _ in range(count)]
     if MCP_STDIO in args.transports:
-        from mcp.client.stdio import stdio_client
-
-        stdio = []
-        for _ in range(processes):
-            started = time.perf_counter()
-            streams = await stack.enter_async_context(stdio_client(stdio_parameters(config), errlog=errlog))
-            call, _ = await mcp_session_calls(stack, streams)
-            out.stdio_startup_s.append(time.perf_counter() - started)
-            stdio.append(tool_sender(call, namespace))
-        out.calls[MCP_STDIO] = stdio * (count // processes)
+        out.calls[MCP_STDIO] = await stdio_senders(stack, out, config, namespace, count,
+                                                   args.stdio_sessions == "shared", errlog)
     if STDIO_RAW in args.transports:
         raw = []
         for _ in range(processes):
@@ -528,6 +523,35 @@ async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, url: str
             raw.append(tool_sender(call, namespace))
         out.calls[STDIO_RAW] = raw * (count // processes)
     return out
+
+
+async def py_sdk_client(stack: AsyncExitStack, kind: str, target: str, errlog: Any) -> ts_mcp.ClientProcess:
+    """The Python SDK's client in a process of its own (bench/mcp_py_client.py), as an agent runs it:
+    eight of them in this process would queue behind its one GIL."""
+    return await ts_mcp.open_process_client(stack, [sys.executable, str(PY_CLIENT), kind, target], errlog, name="mcp",
+                                            timeout=300)
+
+
+async def stdio_senders(stack: AsyncExitStack, out: Clients, config: Path, namespace: str, count: int, shared: bool,
+                        errlog: Any) -> list[Callable[[str], Send]]:
+    """The MCP stdio row: per client, an SDK client process that starts its own server process (as
+    Claude Desktop does); shared (``--stdio-sessions shared``), one SDK session in this process whose
+    calls the clients share."""
+    if shared:
+        from mcp.client.stdio import stdio_client
+
+        started = time.perf_counter()
+        streams = await stack.enter_async_context(stdio_client(stdio_parameters(config), errlog=errlog))
+        call, _ = await mcp_session_calls(stack, streams)
+        out.stdio_startup_s.append(time.perf_counter() - started)
+        return [tool_sender(call, namespace)] * count
+    sdk = []
+    for _ in range(count):
+        client = await py_sdk_client(stack, "stdio", str(config), errlog)
+        out.stdio_startup_s.append(client.ready["initialize_ms"] / 1e3)
+        sdk.append(client)
+    out.client_pids[MCP_STDIO] = [client.pid for client in sdk]
+    return [tool_sender(client.call, namespace) for client in sdk]
 
 
 async def warm(clients: Clients, transports: Sequence[str], modes: Sequence[str], questions: list[str]) -> dict[str, float]:

@@ -43,18 +43,20 @@ def unavailable() -> str | None:
     return None
 
 
-class TSClient:
-    """One Node process: one MCP session, one request at a time."""
+class ClientProcess:
+    """One client process (Node here, the Python SDK's in bench/mcp_py_client.py): one MCP session,
+    one request at a time, JSON lines on its pipes."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
+    def __init__(self, process: asyncio.subprocess.Process, name: str) -> None:
+        self.process, self.name = process, name
         self.pid = process.pid
+        self.ready: dict[str, Any] = {}  # its first line
 
     async def _line(self) -> dict[str, Any]:
         assert self.process.stdout is not None
         line = await self.process.stdout.readline()
         if not line:
-            raise CallFailed("ts the Node client exited")
+            raise CallFailed(f"{self.name} the client process exited")
         return json.loads(line)
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> TimedCall:
@@ -63,7 +65,7 @@ class TSClient:
         await self.process.stdin.drain()
         answer = await self._line()
         if answer.get("error"):
-            raise CallFailed(f"ts {answer['error']}")
+            raise CallFailed(f"{self.name} {answer['error']}")
         return TimedCall(answer["ms"])
 
     async def close(self) -> None:
@@ -76,14 +78,20 @@ class TSClient:
             await self.process.wait()
 
 
-async def open_client(stack: AsyncExitStack, url: str, errlog: Any) -> TSClient:
-    """A started, initialized client whose process ends with ``stack``."""
-    process = await asyncio.create_subprocess_exec(
-        "node", str(CLIENT_DIR / "client.mjs"), url, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=errlog, cwd=CLIENT_DIR)
-    client = TSClient(process)
+async def open_process_client(stack: AsyncExitStack, argv: list[str], errlog: Any, *, name: str,
+                              cwd: Path | None = None, timeout: float = 60) -> ClientProcess:
+    """A started client process, initialized (its first line), that ends with ``stack``."""
+    process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                   stderr=errlog, cwd=cwd)
+    client = ClientProcess(process, name)
     stack.push_async_callback(client.close)
-    ready = await asyncio.wait_for(client._line(), 60)  # noqa: SLF001 - its own first line
-    if not ready.get("ready"):
-        raise CallFailed(f"ts unexpected first line {ready}")
+    client.ready = await asyncio.wait_for(client._line(), timeout)  # noqa: SLF001 - its own first line
+    if not client.ready.get("ready"):
+        raise CallFailed(f"{name} unexpected first line {client.ready}")
     return client
+
+
+async def open_client(stack: AsyncExitStack, url: str, errlog: Any) -> ClientProcess:
+    """A Node client on the TypeScript SDK, session open on ``url``."""
+    return await open_process_client(stack, ["node", str(CLIENT_DIR / "client.mjs"), url], errlog, name="ts",
+                                     cwd=CLIENT_DIR)
