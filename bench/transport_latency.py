@@ -9,15 +9,17 @@ no rate limit, loopback: no token) and the same kind of queries are sent
   default, is bench/lean_http.py, ~0.25 ms of client CPU a request; ``httpx`` is one
   ``httpx.AsyncClient``, ~1.1 ms: the difference is the client library's, not the transport's);
 - REST: ``POST /api/search/`` (the DRF viewset; kept alive the same way);
-- MCP HTTP: a real ``mcp`` SDK session per client over streamable HTTP ``/mcp``;
+- MCP HTTP: a real ``mcp`` SDK session per client over streamable HTTP ``/mcp``, each client a
+  process of its own as an agent is (bench/mcp_py_client.py, timed inside the client);
 - MCP HTTP TS: the same through the TypeScript SDK's client (``@modelcontextprotocol/sdk``, as
   Node-based agents such as Claude Code, Claude Desktop and Cursor speak MCP), one Node process per
   client (bench/ts_mcp.py; the SDK is installed on first use, the row is left out without Node);
 - MCP HTTP raw: the same kind of session on ``/mcp`` spoken as plain JSON-RPC over the same HTTP
   client (no SDK client: no task pipeline, no per-result schema validation), which splits the SDK
   row's overhead into the server's MCP cost and the Python client library's;
-- MCP stdio: a real ``mcp`` SDK ``stdio_client`` per client, each its own
-  ``bhgbrain --config=… server start --stdio`` process as Claude Desktop starts it
+- MCP stdio: a real ``mcp`` SDK ``stdio_client`` per client (a client process of its own, as for
+  MCP HTTP), each with its own ``bhgbrain --config=… server start --stdio`` process as Claude
+  Desktop starts it
   (``--stdio-sessions shared``: one process, the clients' calls in flight on one session);
 - MCP stdio raw: the same process spoken to as JSON-RPC lines on its pipes, with no SDK client:
   the server's share of the stdio row;
@@ -477,7 +479,7 @@ class Clients:
         self.http: list[HTTPClient] = []
         self.stdio_startup_s: list[float] = []
         self.raw_stdio_pids: list[int] = []
-        self.client_pids: dict[str, list[int]] = {}  # clients in processes of their own (Node, the Python SDK rows): their CPU is the client's
+        self.client_pids: dict[str, list[int]] = {}  # client processes (Node, Python SDK): their CPU is the client's
 
     def senders(self, transport: str, mode: str, clients: int) -> list[Send]:
         return [make(mode) for make in self.calls[transport][:clients]]

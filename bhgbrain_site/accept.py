@@ -45,6 +45,7 @@ class BalancedAcceptor:
         sock.setblocking(False)  # the workers share the open file: every one of them polls
         sock.listen(backlog)  # uvicorn's supervisor binds; asyncio's create_server would listen here
         self._task = loop.create_task(self._accept_forever())
+        self._task.add_done_callback(_report_end)
         self.sockets = (sock,)
 
     def live(self) -> int:
@@ -115,6 +116,13 @@ class BalancedAcceptor:
             self._transports.add(transport)
         finally:
             self._pending -= 1
+
+
+def _report_end(task: asyncio.Task[None]) -> None:
+    """A worker that stops accepting for any reason but its shutdown says so (it would serve its
+    open connections and take no new one)."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("this worker stopped accepting HTTP connections", exc_info=task.exception())
 
 
 def _base_loop_class() -> type[asyncio.AbstractEventLoop]:
