@@ -16,33 +16,28 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
+from load import CallFailed, mcp_session_calls, mcp_transport  # noqa: E402
+from mcp_initialize import stdio_parameters  # noqa: E402
 
-async def _streams(stack: AsyncExitStack, kind: str, target: str) -> tuple[Any, ...]:
+
+async def _session_call(stack: AsyncExitStack, kind: str, target: str) -> Callable[[str, dict[str, Any]], Awaitable[Any]]:
+    """An initialized SDK session's tool call (load.py's: an error result raises CallFailed)."""
     if kind == "http":
-        from mcp.client.streamable_http import streamable_http_client
-
-        return await stack.enter_async_context(streamable_http_client(target + "/mcp"))
+        return (await mcp_transport(stack, target))[0]
     from mcp.client.stdio import stdio_client
-    from mcp_initialize import stdio_parameters
 
-    return await stack.enter_async_context(stdio_client(stdio_parameters(Path(target)), errlog=sys.stderr))
-
-
-def _error_code(result: Any) -> str:
-    text = result.content[0].text if result.content else "{}"
-    try:
-        return str(json.loads(text).get("error", {}).get("code", "?"))
-    except ValueError:
-        return text[:40]
+    streams = await stack.enter_async_context(stdio_client(stdio_parameters(Path(target)), errlog=sys.stderr))
+    return (await mcp_session_calls(stack, streams))[0]
 
 
-async def _serve(session: Any) -> None:
+async def _serve(call: Callable[[str, dict[str, Any]], Awaitable[Any]]) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -50,29 +45,25 @@ async def _serve(session: Any) -> None:
         request = json.loads(line)
         started = time.perf_counter()
         try:
-            result = await session.call_tool(request["tool"], request["arguments"])
+            await call(request["tool"], request["arguments"])
+        except CallFailed as exc:
+            answer: dict[str, Any] = {"error": exc.code}
         except Exception as exc:  # noqa: BLE001 - reported to the bench, which counts it as an error
-            answer: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+            answer = {"error": f"{type(exc).__name__}: {exc}"[:200]}
         else:
-            elapsed = (time.perf_counter() - started) * 1e3
-            answer = {"error": f"mcp {_error_code(result)}"} if result.is_error else {"ms": elapsed}
+            answer = {"ms": (time.perf_counter() - started) * 1e3}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
 
 
 async def main(kind: str, target: str) -> None:
-    from mcp import ClientSession
-
     async with AsyncExitStack() as stack:
         started = time.perf_counter()
-        streams = await _streams(stack, kind, target)
-        session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
-        await session.initialize()
+        call = await _session_call(stack, kind, target)
         initialized = (time.perf_counter() - started) * 1e3  # for stdio: the server process started and answered
-        await session.list_tools()  # the output schemas: each structured result is validated against its tool's
         sys.stdout.write(json.dumps({"ready": True, "initialize_ms": initialized}) + "\n")
         sys.stdout.flush()
-        await _serve(session)
+        await _serve(call)
 
 
 if __name__ == "__main__":

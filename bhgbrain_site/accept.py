@@ -41,23 +41,19 @@ class BalancedAcceptor:
                  sock: socket.socket, ssl: ssl_module.SSLContext | None, backlog: int) -> None:
         self._loop, self._factory, self._sock, self._ssl = loop, protocol_factory, sock, ssl
         self._transports: set[asyncio.BaseTransport] = set()
-        self._pending = 0  # accepted, transport not made yet (a TLS handshake in progress)
+        self._connecting: set[asyncio.Task[None]] = set()  # accepted, transport not made yet (a TLS handshake)
         sock.setblocking(False)  # the workers share the open file: every one of them polls
         sock.listen(backlog)  # uvicorn's supervisor binds; asyncio's create_server would listen here
         self._task = loop.create_task(self._accept_forever())
         self._task.add_done_callback(_report_end)
-        self.sockets = (sock,)
 
     def live(self) -> int:
         """Connections this worker serves now (closed ones are dropped as they are counted)."""
         self._transports = {t for t in self._transports if not t.is_closing()}
-        return len(self._transports) + self._pending
+        return len(self._transports) + len(self._connecting)
 
     def close(self) -> None:
         self._task.cancel()
-
-    def is_serving(self) -> bool:
-        return not self._task.done()
 
     async def wait_closed(self) -> None:
         try:
@@ -71,29 +67,17 @@ class BalancedAcceptor:
             delay = accept_delay(self.live())
             if delay:
                 await asyncio.sleep(delay)
-            connection = self._accept_one()
-            if connection is None:
-                continue
-            if isinstance(connection, OSError):
-                logger.error("accepting an HTTP connection failed (%s); retrying in %.0f s", connection,
-                             RETRY_AFTER_ERROR)
+            try:
+                connection, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue  # another worker took it, or the client gave up
+            except OSError as exc:  # out of descriptors or memory, mostly: a pause, as asyncio's own loop makes
+                logger.error("accepting an HTTP connection failed (%s); retrying in %.0f s", exc, RETRY_AFTER_ERROR)
                 await asyncio.sleep(RETRY_AFTER_ERROR)
                 continue
-            self._pending += 1
-            self._loop.create_task(self._serve(connection))
-
-    def _accept_one(self) -> socket.socket | OSError | None:
-        """The next connection; None if another worker took it (or the client gave up)."""
-        try:
-            connection, _ = self._sock.accept()
-        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-            return None
-        except OSError as exc:  # out of descriptors or memory, mostly: a pause, as asyncio's own loop makes
-            return exc
-        connection.setblocking(False)
-        if connection.family in (socket.AF_INET, socket.AF_INET6):
-            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return connection
+            task = self._loop.create_task(self._connect(connection))
+            self._connecting.add(task)  # also the task's only strong reference
+            task.add_done_callback(self._connecting.discard)
 
     async def _readable(self) -> None:
         """Until a connection is pending (the reader is removed again: the socket stays
@@ -106,7 +90,10 @@ class BalancedAcceptor:
         finally:
             self._loop.remove_reader(fd)
 
-    async def _serve(self, connection: socket.socket) -> None:
+    async def _connect(self, connection: socket.socket) -> None:
+        connection.setblocking(False)
+        if connection.family in (socket.AF_INET, socket.AF_INET6):
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             transport, _ = await self._loop.connect_accepted_socket(self._factory, connection, ssl=self._ssl)
         except (OSError, ssl_module.SSLError) as exc:  # the client went away, or its TLS handshake failed
@@ -114,8 +101,6 @@ class BalancedAcceptor:
             connection.close()
         else:
             self._transports.add(transport)
-        finally:
-            self._pending -= 1
 
 
 def _report_end(task: asyncio.Task[None]) -> None:
@@ -133,19 +118,16 @@ def _base_loop_class() -> type[asyncio.AbstractEventLoop]:
     return uvloop.Loop
 
 
-class _Balanced:
+class BalancedLoop(_base_loop_class()):  # type: ignore[misc]
     """A loop whose servers on an inherited socket (uvicorn's workers) accept in turn."""
 
     async def create_server(self, protocol_factory: Callable[[], asyncio.Protocol], host: Any = None,
                             port: Any = None, *, sock: socket.socket | None = None,
                             ssl: ssl_module.SSLContext | None = None, backlog: int = 100, **kwargs: Any) -> Any:
         if sock is None or host is not None or port is not None:
-            return await super().create_server(protocol_factory, host, port, sock=sock, ssl=ssl,  # type: ignore[misc]
-                                               backlog=backlog, **kwargs)
-        return BalancedAcceptor(self, protocol_factory, sock, ssl, backlog)  # type: ignore[arg-type]
-
-
-BalancedLoop: type[asyncio.AbstractEventLoop] = type("BalancedLoop", (_Balanced, _base_loop_class()), {})
+            return await super().create_server(protocol_factory, host, port, sock=sock, ssl=ssl, backlog=backlog,
+                                               **kwargs)
+        return BalancedAcceptor(self, protocol_factory, sock, ssl, backlog)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

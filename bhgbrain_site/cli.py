@@ -125,9 +125,10 @@ def _shared_state(workers: int) -> str:
     if settings.REDIS_URL:
         return "Redis (rate limits, the scheduler's queue)"
     if workers > 1:
-        limits = ("a file the workers map, ratelimit.counters" if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
-                  else "table bhgbrain_cache")
-        return f"the database (the scheduler's queue); rate limits: {limits}; connections shared out in turn"
+        limits = settings.CACHES["ratelimit"]  # as settings chose it for several workers (file or table)
+        where = (f"a file the workers map, {Path(limits['LOCATION']).name}" if limits["BACKEND"].endswith("SharedCounterCache")
+                 else f"table {limits['LOCATION']}")
+        return f"the database (the scheduler's queue); rate limits: {where}; connections shared out in turn"
     return "in this process (rate limits); the database (the scheduler's queue)"
 
 
