@@ -33,10 +33,12 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http import GET_STREAM_KEY, EventCallback, EventId, EventMessage, EventStore, StreamId
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import JSONRPCMessage
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from bhgbrain_site.registry import Principal
 from mcp_bridge.notifications import STREAMED_KEY
 from mcp_bridge.server import PRINCIPAL_SCOPE_KEY
+from mcp_bridge.single_exchange import SingleExchange
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -45,6 +47,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 EVENTS_KEPT = 2000  # SSE events kept for resumption, all sessions of the process together
 RETRY_MS = 2000  # the `retry` field of priming events: how soon a client reconnects a lost stream
 SESSION_HEADER = b"mcp-session-id"
+VERSION_HEADER = b"mcp-protocol-version"
 
 _streamed: contextvars.ContextVar[bool] = contextvars.ContextVar("bhgbrain_mcp_streamed", default=True)
 
@@ -128,10 +131,16 @@ def _header(scope: Scope, name: bytes) -> str | None:
 def _streams(scope: Scope, body: bytes, *, sessions: bool) -> bool:
     """SSE for a request that asks for progress, and for a session's opening request: the
     session's message router runs in that request's context, and must see "streamed" (a JSON
-    request's router drops every notification about a request)."""
+    request's router drops every notification about a request). A 2026-07-28 request carries no
+    session id yet opens none: it is one exchange (the SDK's ``handle_modern_request``)."""
     if not _accepts_sse(scope):
         return False
-    return _wants_progress(body) or (sessions and _header(scope, SESSION_HEADER) is None)
+    opens_session = sessions and _header(scope, SESSION_HEADER) is None and not _modern(scope)
+    return _wants_progress(body) or opens_session
+
+
+def _modern(scope: Scope) -> bool:
+    return _header(scope, VERSION_HEADER) in MODERN_PROTOCOL_VERSIONS
 
 
 async def _read_body(receive: Receive) -> tuple[list[dict[str, Any]], bytes]:
@@ -146,10 +155,11 @@ async def _read_body(receive: Receive) -> tuple[list[dict[str, Any]], bytes]:
             return messages, b"".join(chunks)
 
 
-def response_mode(app: Callable[..., Awaitable[None]], *, sessions: bool,
-                  owners: SessionOwners | None = None) -> Callable[..., Awaitable[None]]:
+def response_mode(app: Callable[..., Awaitable[None]], *, sessions: bool, owners: SessionOwners | None = None,
+                  exchange: SingleExchange | None = None) -> Callable[..., Awaitable[None]]:
     """ASGI wrapper around the SDK's app: decides JSON or SSE for each POST, which session each
-    request belongs to (for the event store), and refuses another caller's session."""
+    request belongs to (for the event store), and refuses another caller's session. With an
+    ``exchange`` (stateless), a plain call answered with JSON is answered there."""
     owners = owners or SessionOwners()
 
     async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
@@ -162,7 +172,7 @@ def response_mode(app: Callable[..., Awaitable[None]], *, sessions: bool,
             await _unknown_session(send)
             return
         session_token = _session.set(session)
-        streamed, downstream = scope.get("method") == "GET", receive
+        streamed, downstream, body = scope.get("method") == "GET", receive, b""
         if scope.get("method") == "POST":
             messages, body = await _read_body(receive)
             streamed = _streams(scope, body, sessions=sessions)
@@ -185,6 +195,8 @@ def response_mode(app: Callable[..., Awaitable[None]], *, sessions: bool,
             await send(message)
 
         try:
+            if exchange is not None and body and not streamed and await exchange.answer(scope, body, send):
+                return
             await app(scope, downstream, learn_session)
         finally:
             _streamed.reset(streamed_token)
@@ -248,4 +260,4 @@ def http_app(server: Server[Any], *, sessions: bool, host: str, transport_securi
         transport_security=transport_security,
         max_request_body_size=max_request_body_size,
     )
-    return response_mode(app, sessions=sessions)
+    return response_mode(app, sessions=sessions, exchange=None if sessions else SingleExchange(server))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import threading
@@ -73,11 +74,26 @@ def _annotations(op: registry.Operation) -> types.ToolAnnotations:
 
 
 def tool_definitions() -> list[types.Tool]:
+    schemas = input_schemas()
     return [
-        types.Tool(name=t.name, title=t.title, description=t.description, input_schema=t.input_model.model_json_schema(),
+        types.Tool(name=t.name, title=t.title, description=t.description, input_schema=schemas[t.name],
                    output_schema=_output_schema(t), annotations=_annotations(t))
         for t in registry.tools()
     ]
+
+
+@functools.cache
+def input_schemas() -> dict[str, dict[str, Any]]:
+    """Every tool's input schema by name, built once (the tools are fixed once the registry is loaded)."""
+    return {t.name: t.input_model.model_json_schema() for t in registry.tools()}
+
+
+def tool_input_schema(name: str) -> dict[str, Any] | None:
+    """One tool's input schema, for the SDK's check of a 2026-07-28 call's ``Mcp-Param-*`` headers.
+    Without it the SDK runs the whole ``tools/list`` handler before every such call with arguments
+    (measured: a Python SDK ``Client`` call took 50 ms instead of 10)."""
+    _wait_ready()
+    return input_schemas().get(name)
 
 
 def _output_schema(operation: registry.Operation) -> dict[str, Any] | None:
@@ -205,6 +221,7 @@ def build_server(transport: str, *, sessions: bool = True) -> Server[Any]:
         "bhgbrain",
         version=_version(),
         instructions=INSTRUCTIONS,
+        get_tool_input_schema=tool_input_schema,
         on_list_tools=handlers.list_tools,
         on_call_tool=handlers.call_tool,
         on_list_resources=handlers.list_resources,

@@ -29,11 +29,11 @@ def _text(result: Any) -> dict[str, Any]:
     return json.loads(result.contents[0].text)
 
 
-async def _exercise(session: ClientSession) -> dict[str, Any]:
-    """Everything an agent does: list, call every tool, read every resource, hit errors."""
+async def _exercise(session: ClientSession, server: str | None = None) -> dict[str, Any]:
+    """Everything an agent does: list, call every tool, read every resource, hit errors. ``server``:
+    the server's name if the session is already open (2026-07-28: no initialize)."""
     seen: dict[str, Any] = {}
-    init = await session.initialize()
-    seen["server"] = init.server_info.name
+    seen["server"] = server or (await session.initialize()).server_info.name
     seen["tools"] = {t.name for t in (await session.list_tools()).tools}
     seen["resources"] = {str(r.uri) for r in (await session.list_resources()).resources}
     seen["templates"] = {t.uri_template for t in (await session.list_resource_templates()).resource_templates}
@@ -165,6 +165,32 @@ def test_streamable_http_session_lists_calls_and_reads_everything(http_server: L
                 return await _exercise(client)
 
     _check(_run(session))
+
+
+def test_the_sdks_own_client_speaks_2026_07_28_and_does_everything_in_single_exchanges(tmp_path: Path) -> None:
+    """The SDK's ``Client`` (mode "auto", its default) finds through ``server/discover`` that this
+    server speaks 2026-07-28, and then sends every request as one self-contained POST: no
+    initialize, no session. Everything an agent does works the same way on that protocol."""
+    from mcp.client.client import Client
+
+    live = LiveServer(home=tmp_path).start()
+    sessions: list[str | None] = []
+
+    async def note_session(response: Any) -> None:
+        sessions.append(response.headers.get("mcp-session-id"))
+
+    async def session() -> dict[str, Any]:
+        http = create_mcp_http_client()
+        http.event_hooks["response"].append(note_session)
+        async with http, Client(streamable_http_client(live.url + "/mcp", http_client=http)) as client:
+            assert client.protocol_version == "2026-07-28"
+            return await _exercise(client.session, server=client.server_info.name)
+
+    try:
+        _check(_run(session))
+    finally:
+        live.stop()
+    assert len(sessions) > 30 and set(sessions) == {None}
 
 
 def test_streamable_http_requires_the_bearer_token_when_configured(tmp_path: Path) -> None:
