@@ -1,6 +1,7 @@
 """One MCP client on the Python SDK in a process of its own, as an agent is: for bench/transport_latency.py.
 
     python bench/mcp_py_client.py http http://127.0.0.1:3721      # a streamable-HTTP session on /mcp
+    python bench/mcp_py_client.py 2026 http://127.0.0.1:3721      # the SDK's Client as it comes: 2026-07-28
     python bench/mcp_py_client.py stdio /path/to/config.json       # starts `bhgbrain … --stdio` as Claude Desktop does
 
 Eight agents are eight processes. Run as coroutines of the bench's own process, eight Python SDK
@@ -31,10 +32,29 @@ async def _session_call(stack: AsyncExitStack, kind: str, target: str) -> Callab
     """An initialized SDK session's tool call (load.py's: an error result raises CallFailed)."""
     if kind == "http":
         return (await mcp_transport(stack, target))[0]
+    if kind == "2026":
+        return await _client_call(stack, target)
     from mcp.client.stdio import stdio_client
 
     streams = await stack.enter_async_context(stdio_client(stdio_parameters(Path(target)), errlog=sys.stderr))
     return (await mcp_session_calls(stack, streams))[0]
+
+
+async def _client_call(stack: AsyncExitStack, url: str) -> Callable[[str, dict[str, Any]], Awaitable[Any]]:
+    """The SDK's ``Client`` in its default mode, which speaks 2026-07-28 to this server (checked)."""
+    from mcp.client.client import Client
+
+    client = await stack.enter_async_context(Client(url + "/mcp"))
+    if client.protocol_version != "2026-07-28":
+        raise RuntimeError(f"the Client negotiated {client.protocol_version}, not 2026-07-28")
+
+    async def call(tool: str, arguments: dict[str, Any]) -> Any:
+        result = await client.call_tool(tool, arguments)
+        if result.is_error:
+            raise CallFailed(f"mcp {(result.structured_content or {}).get('error', {}).get('code', '?')}")
+        return result.structured_content
+
+    return call
 
 
 async def _serve(call: Callable[[str, dict[str, Any]], Awaitable[Any]]) -> None:
@@ -67,6 +87,6 @@ async def main(kind: str, target: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("http", "stdio"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("http", "2026", "stdio"):
         sys.exit(__doc__)
     asyncio.run(main(sys.argv[1], sys.argv[2]))

@@ -11,6 +11,9 @@ no rate limit, loopback: no token) and the same kind of queries are sent
 - REST: ``POST /api/search/`` (the DRF viewset; kept alive the same way);
 - MCP HTTP: a real ``mcp`` SDK session per client over streamable HTTP ``/mcp``, each client a
   process of its own as an agent is (bench/mcp_py_client.py, timed inside the client);
+- MCP HTTP 2026: the Python SDK's ``Client`` as it comes (mode "auto"): it asks ``server/discover``,
+  finds this server speaks the 2026-07-28 protocol, and sends each call as one self-contained POST
+  (no initialize, no session), which the SDK's server answers in one exchange;
 - MCP HTTP TS: the same through the TypeScript SDK's client (``@modelcontextprotocol/sdk``, as
   Node-based agents such as Claude Code, Claude Desktop and Cursor speak MCP), one Node process per
   client (bench/ts_mcp.py; the SDK is installed on first use, the row is left out without Node);
@@ -92,11 +95,12 @@ RESULTS = REPO_ROOT / "bench" / "results"
 PY_CLIENT = REPO_ROOT / "bench" / "mcp_py_client.py"
 IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_STDIO, HEALTH = "in-process", "/tool", "REST", "MCP HTTP", "MCP stdio", "/health"
 MCP_TS = "MCP HTTP TS"  # the same /mcp through the TypeScript SDK's client (Node-based agents)
+MCP_2026 = "MCP HTTP 2026"  # the Python SDK's Client as it comes (mode "auto"): 2026-07-28, one POST per call, no session
 MCP_RAW = "MCP HTTP raw"  # the same /mcp session without the Python SDK client: the server's share of MCP HTTP
 STDIO_RAW = "MCP stdio raw"  # the same for stdio: JSON-RPC lines on the process's pipes
-TRANSPORTS = (IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_TS, MCP_RAW, MCP_STDIO, STDIO_RAW)
+TRANSPORTS = (IN_PROCESS, TOOL, REST, MCP_HTTP, MCP_2026, MCP_TS, MCP_RAW, MCP_STDIO, STDIO_RAW)
 HTTP_CLIENTS = ("lean", "httpx")
-SERVED = (TOOL, REST, MCP_HTTP, MCP_TS, MCP_RAW)  # answered by the one HTTP server (stdio: processes of their own)
+SERVED = (TOOL, REST, MCP_HTTP, MCP_2026, MCP_TS, MCP_RAW)  # answered by the one HTTP server (stdio: processes of their own)
 MODES = ("fulltext", "semantic", "hybrid")
 VARIANTS = ("fresh", "cached")
 LIMIT = 10
@@ -507,6 +511,10 @@ async def open_clients(stack: AsyncExitStack, args: argparse.Namespace, url: str
         sdk = [await py_sdk_client(stack, "http", url, errlog) for _ in range(count)]
         out.calls[MCP_HTTP] = [tool_sender(client.call, namespace) for client in sdk]
         out.client_pids[MCP_HTTP] = [client.pid for client in sdk]
+    if MCP_2026 in args.transports:
+        sdk = [await py_sdk_client(stack, "2026", url, errlog) for _ in range(count)]
+        out.calls[MCP_2026] = [tool_sender(client.call, namespace) for client in sdk]
+        out.client_pids[MCP_2026] = [client.pid for client in sdk]
     if MCP_TS in args.transports:
         ts = [await ts_mcp.open_client(stack, url, errlog) for _ in range(count)]
         out.calls[MCP_TS] = [tool_sender(client.call, namespace) for client in ts]
