@@ -14,6 +14,10 @@ process's SSE streams. Each POST stream starts with a priming event (an id, empt
 with several workers the MCP endpoint is stateless (no sessions, no event store), since the next
 request may reach another process.
 
+**Stateless calls in one exchange.** Without sessions, a plain call answered with JSON is
+answered by :class:`~mcp_bridge.single_exchange.SingleExchange` in the request's own task; a
+2026-07-28 request (no session, with one worker or several) is the SDK's single exchange already.
+
 **A session belongs to its caller.** The SDK would let anyone who holds a session id use the
 session (it binds one to a credential only through Starlette's ``scope["user"]``, which this
 shell does not set). :class:`SessionOwners` remembers which principal opened each session and
