@@ -34,9 +34,11 @@ def _tool(name: str, arguments: Any) -> dict[str, Any]:
 
 
 class Stateless:
-    """The stateless MCP app (as several workers run it) behind a caller with every namespace."""
+    """The stateless MCP app (as several workers run it) behind a caller (by default, one with every
+    namespace)."""
 
-    def __init__(self) -> None:
+    def __init__(self, principal: Principal = EVERYONE) -> None:
+        self.principal = principal
         server = build_server("http", sessions=False)
         self.app = http_app(server, sessions=False, host="127.0.0.1", transport_security=None,
                             max_request_body_size=64 * 1024)
@@ -44,7 +46,7 @@ class Stateless:
         self.exchanges = 0
 
     async def asgi(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Any) -> None:
-        scope[PRINCIPAL_SCOPE_KEY] = EVERYONE
+        scope[PRINCIPAL_SCOPE_KEY] = self.principal
         await self.app(scope, receive, send)
 
     async def post(self, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:
@@ -53,11 +55,11 @@ class Stateless:
             return await client.post("/mcp", content=content, headers=headers or HEADERS)
 
 
-def _both(requests: list[tuple[Any, dict[str, str] | None]], monkeypatch: pytest.MonkeyPatch
-          ) -> list[tuple[httpx.Response, httpx.Response, bool]]:
+def _both(requests: list[tuple[Any, dict[str, str] | None]], monkeypatch: pytest.MonkeyPatch,
+          principal: Principal = EVERYONE) -> list[tuple[httpx.Response, httpx.Response, bool]]:
     """Each request answered with the single exchange on, then off: (on, off, whether it answered)."""
     real = single_exchange.serve_one
-    app = Stateless()
+    app = Stateless(principal)
 
     async def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
         app.exchanges += 1
@@ -126,6 +128,27 @@ def test_plain_calls_are_answered_in_one_exchange_exactly_as_the_sdk_answers_the
     assert [hit["id"] for hit in found["structuredContent"]["results"]] == [remembered["structuredContent"]["id"]]
     assert json.loads(answers[2][0].json()["result"]["content"][0]["text"])["error"]["code"] == "INVALID_INPUT"
     assert answers[4][0].json()["error"]["code"] == -32602
+
+
+def test_a_scoped_token_reaches_only_its_namespaces_in_one_exchange_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    _both([(_tool("remember", {"content": "Elsewhere: the vault key rotates monthly", "namespace": "elsewhere"}), None)],
+          monkeypatch)  # written by a caller with every namespace
+    scoped = Principal(name="scoped", namespaces=frozenset({"single"}))
+    requests = [
+        (_tool("search", {"query": "vault key", "namespace": "elsewhere", "mode": "fulltext"}), None),
+        (_tool("search", {"query": "vault key", "mode": "fulltext"}), None),  # its own namespace: nothing there
+        (_tool("remember", {"content": "Written where it may not write", "namespace": "elsewhere"}), None),
+        (_call("resources/read", {"uri": "memory://list?namespace=elsewhere"}), None),
+    ]
+    answers = _both(requests, monkeypatch, scoped)
+    for on, off, answered in answers:
+        assert answered
+        _same(on, off)
+    refused = [answers[0][0].json()["result"], answers[2][0].json()["result"]]
+    assert all(result["isError"] and result["structuredContent"]["error"]["code"] == "FORBIDDEN" for result in refused)
+    assert answers[1][0].json()["result"]["structuredContent"]["results"] == []
+    listed = json.loads(answers[3][0].json()["result"]["contents"][0]["text"])
+    assert "vault" not in json.dumps(listed) and listed.get("error", {}).get("code") == "FORBIDDEN"
 
 
 def test_what_is_not_a_plain_call_goes_to_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
