@@ -42,7 +42,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from bhgbrain_site.registry import Principal
 from mcp_bridge.notifications import STREAMED_KEY
 from mcp_bridge.server import PRINCIPAL_SCOPE_KEY
-from mcp_bridge.single_exchange import SingleExchange
+from mcp_bridge.single_exchange import VERSION_HEADER, SingleExchange
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -51,7 +51,6 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 EVENTS_KEPT = 2000  # SSE events kept for resumption, all sessions of the process together
 RETRY_MS = 2000  # the `retry` field of priming events: how soon a client reconnects a lost stream
 SESSION_HEADER = b"mcp-session-id"
-VERSION_HEADER = b"mcp-protocol-version"
 
 _streamed: contextvars.ContextVar[bool] = contextvars.ContextVar("bhgbrain_mcp_streamed", default=True)
 

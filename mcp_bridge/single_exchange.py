@@ -56,7 +56,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 # The calls an agent repeats; the rest (listings, prompts, completions) are rare and stay on the SDK's path.
 METHODS = frozenset({"tools/call", "resources/read"})
-_VERSION_HEADER = b"mcp-protocol-version"
+VERSION_HEADER = b"mcp-protocol-version"  # also read by mcp_bridge/events.py
 
 
 @dataclass
@@ -115,7 +115,7 @@ class SingleExchange:
     def _version(scope: Scope) -> str | None:
         """The handshake-era version the call speaks (the SDK's default without the header); None for
         another header (a 2026-07-28 request: the SDK answers those in one exchange itself) or two."""
-        values = [value for key, value in scope.get("headers", []) if key == _VERSION_HEADER]
+        values = [value for key, value in scope.get("headers", []) if key == VERSION_HEADER]
         if not values:
             return DEFAULT_NEGOTIATED_VERSION
         version = values[0].decode("latin-1")
