@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -180,6 +184,44 @@ def test_local_model_threads_come_from_the_config() -> None:
     assert 1 <= LocalE5Embedder(EmbeddingConfig()).threads == default_threads() <= 4
     with pytest.raises(ValidationError):
         EmbeddingConfig(threads=0)
+
+
+_TEAM_PROBE = """
+import ctypes, json, os, sys
+import numpy as np
+from usearch.index import Index  # as a store with graphs does: numkong's OpenMP runtime, loaded RTLD_GLOBAL
+index = Index(ndim=8, metric="ip", dtype="f32")
+index.add(np.arange(4), np.eye(4, 8, dtype=np.float32))
+index.search(np.ones(8, dtype=np.float32), 2)
+import django
+django.setup()
+from bhgbrain_site.config import EmbeddingConfig
+from memories.embeddings import LocalE5Embedder
+embedder = LocalE5Embedder(EmbeddingConfig(threads=int(sys.argv[1])))
+before = len(os.listdir("/proc/self/task"))
+embedder.embed_query("how many otters live in the river")
+gained = len(os.listdir("/proc/self/task")) - before
+team = embedder._thread.run(0, lambda: ctypes.CDLL(None).omp_get_max_threads())
+print(json.dumps({"team": team, "gained": gained}))
+"""
+
+
+@pytest.mark.parametrize(("environment", "threads"), [("1", 2), (None, 1)])
+def test_the_models_team_is_embedding_threads_whatever_openmp_runtime_it_binds_to(
+        tmp_path: Path, environment: str | None, threads: int) -> None:
+    """usearch puts numkong's libgomp in the global scope, and the engine's OpenMP calls bind to
+    it: its team size was OMP_NUM_THREADS (or every core), not embedding.threads. Measured with
+    OMP_NUM_THREADS=1 in a server's environment: every query single-threaded, 26 ms instead of 15."""
+    env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    env.update({"HOME": str(tmp_path), "DJANGO_SETTINGS_MODULE": "bhgbrain_site.settings"})
+    if environment is not None:
+        env["OMP_NUM_THREADS"] = environment
+    probe = subprocess.run([sys.executable, "-c", _TEAM_PROBE, str(threads)], env=env, capture_output=True, text=True,
+                           timeout=120, cwd=Path(__file__).resolve().parents[2], check=False)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert found["team"] == threads
+    assert found["gained"] == threads  # the model thread, and the team's other threads
 
 
 def test_a_long_memory_is_cut_where_the_model_stops_reading(e5: LocalE5Embedder) -> None:
