@@ -39,6 +39,15 @@ class RedactFilter(logging.Filter):
         return True
 
 
+class StatelessNoiseFilter(logging.Filter):
+    """Drop the MCP SDK's "Terminating session: None": with several workers MCP is stateless, and
+    the SDK logs it at INFO after every request it answers (initialize, tools/list, ...), one line
+    per request in the log file. A real session's termination (it names the id) is kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "Terminating session: None"
+
+
 # Functions that name the kind of credential a text holds (None: none). The memories app registers
 # its secret scanner (memories/normalize.py) from its AppConfig.ready; the ground layer cannot
 # import it.

@@ -256,7 +256,8 @@ LOGGING = {
         "json": {"()": "bhgbrain_site.logging.JsonFormatter"},
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
     },
-    "filters": {"redact": {"()": "bhgbrain_site.logging.RedactFilter"}},
+    "filters": {"redact": {"()": "bhgbrain_site.logging.RedactFilter"},
+                "stateless_noise": {"()": "bhgbrain_site.logging.StatelessNoiseFilter"}},
     "handlers": {
         # stderr only: stdout is reserved for the MCP stdio protocol.
         "stderr": {
@@ -275,5 +276,6 @@ LOGGING = {
         },
     },
     "root": {"handlers": ["stderr", "file"], "level": _LOG_LEVELS[BHGBRAIN.observability.log_level]},
-    "loggers": {"django.db.backends": {"level": "INFO"}, "axes": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "INFO"}, "axes": {"level": "WARNING"},
+                "mcp.server.streamable_http": {"filters": ["stateless_noise"]}},
 }

@@ -180,6 +180,8 @@ def test_c_an_mcp_session_works_when_its_requests_reach_both_workers(server: Liv
     assert all(result.is_error is not True for result in results), results
     assert all(result.structured_content["results"] for result in results[1:])
     assert len(set(served) - {"?"}) == 2, served
+    # stateless: the SDK's "Terminating session: None" after each request is not logged
+    assert "Terminating session: None" not in server.stderr()
 
 
 def test_c_kept_alive_connections_are_shared_out_between_the_workers(server: LiveServer) -> None:
