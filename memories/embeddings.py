@@ -177,8 +177,12 @@ def _omp_thread_setters(engine: Any) -> list[Callable[[int], Any]]:
     the engine's own one makes ``embedding.threads`` hold whichever the engine uses."""
     import ctypes
 
+    try:
+        global_scope: Any = ctypes.CDLL(None)
+    except (OSError, TypeError):  # no global symbol scope to open (Windows)
+        global_scope = None
     setters: list[Callable[[int], Any]] = []
-    for library in (ctypes.CDLL(None), getattr(engine, "_lib", None)):
+    for library in (global_scope, getattr(engine, "_lib", None)):
         setter = getattr(library, "omp_set_num_threads", None) if library is not None else None
         if setter is not None and all(setter is not known for known in setters):
             setter.argtypes, setter.restype = [ctypes.c_int], None
