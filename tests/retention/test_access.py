@@ -292,6 +292,30 @@ def test_deleted_memory_is_skipped(hash_embedder) -> None:
     assert fresh(kept).access_count == 1
 
 
+def _flush_queries(memory_ids: list[str], at: datetime) -> int:
+    """The queries one flush chunk of these memories (one access each, at ``at``) runs."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    chunk = retention_services.access_chunks([(memory_id, 1, at) for memory_id in memory_ids])[0]
+    with CaptureQueriesContext(connection) as queries:
+        outcomes = retention_services.memories_record_access(chunk)
+    assert len(outcomes) == len(memory_ids)
+    return len(queries)
+
+
+def test_a_flush_runs_the_same_queries_for_three_memories_as_for_thirty(hash_embedder) -> None:
+    """A flush loads only the fields it changes: a field it did not load, read anywhere on its way
+    (the funnel's indexers included), would cost one query per memory."""
+    few = [remember(f"Deploy note {i}: the billing service moved to rack {i}").id for i in range(3)]
+    many = [remember(f"Runbook step {i}: restart the ingest worker {i} after a schema change").id for i in range(30)]
+    later = timezone.now() + timedelta(hours=2)  # every expiry slides: the feed is written too
+    _flush_queries([remember("The day's access counter exists after this").id], later)  # its creation: 3 queries once
+    assert _flush_queries(few, later) == _flush_queries(many, later)
+    assert all(fresh(memory_id).expires_at > later for memory_id in few + many)
+    assert fresh(many[0]).content.startswith("Runbook step 0")  # the text was not written back
+
+
 def test_memory_record_access_applies_count(hash_embedder) -> None:
     mid = remember("Scratch note about the staging cluster", retention_tier="T3").id
     at = timezone.now()
