@@ -196,12 +196,12 @@ index.search(np.ones(8, dtype=np.float32), 2)
 import django
 django.setup()
 from bhgbrain_site.config import EmbeddingConfig
-from memories.embeddings import LocalE5Embedder
+from memories.embeddings import LocalE5Embedder, ModelThread
 embedder = LocalE5Embedder(EmbeddingConfig(threads=int(sys.argv[1])))
 before = len(os.listdir("/proc/self/task"))
 embedder.embed_query("how many otters live in the river")
 gained = len(os.listdir("/proc/self/task")) - before
-team = embedder._thread.run(0, lambda: ctypes.CDLL(None).omp_get_max_threads())
+team = embedder._thread.run(ModelThread.QUERY, lambda: ctypes.CDLL(None).omp_get_max_threads())
 print(json.dumps({"team": team, "gained": gained}))
 """
 

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 
 import pytest
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from memories import access as retention_services
@@ -294,9 +295,6 @@ def test_deleted_memory_is_skipped(hash_embedder) -> None:
 
 def _flush_queries(memory_ids: list[str], at: datetime) -> int:
     """The queries one flush chunk of these memories (one access each, at ``at``) runs."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     chunk = retention_services.access_chunks([(memory_id, 1, at) for memory_id in memory_ids])[0]
     with CaptureQueriesContext(connection) as queries:
         outcomes = retention_services.memories_record_access(chunk)
