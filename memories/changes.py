@@ -45,6 +45,11 @@ INDEXED_FIELDS = frozenset({
     "retention_tier", "expires_at", "decay_eligible", "archived", "device_id", "embedding", "embedding_model",
     "created_at", "thread", "speaker", "occurred_at", "message_id", "event_at", "valid_until", "status",
 })
+# Fields that only move when a memory stops being searchable: a change to nothing else indexed
+# appends an EXPIRY feed row, which every process applies by reading these two columns (an
+# UPSERT makes it read the whole row again, embedding included). Access tracking's sliding
+# window is most of the feed on a store in use.
+EXPIRY_FIELDS = frozenset({"expires_at", "decay_eligible"})
 DIRECT_LIMIT = 20  # after commit, up to this many memories are applied to the index one by one; more: one sync
 # A change to any of these moves a threaded message's neighbours' context (memories/threads.py).
 THREAD_FIELDS = frozenset({"content", "thread", "occurred_at", "archived", "namespace"})
@@ -126,6 +131,16 @@ def _audit_rows(memories: Iterable[Memory], audit_of: Callable[[Memory], Audit |
 def _feed(memory_ids: Iterable[uuid.UUID], op: str) -> None:
     VectorChange.objects.bulk_create((VectorChange(memory_id=memory_id, op=op) for memory_id in memory_ids),
                                      batch_size=2000)
+
+
+def _feed_op(changed: frozenset[str] | None) -> str | None:
+    """The feed row a change of ``changed`` (None: any field) appends; None when no index sees it."""
+    if changed is None:
+        return VectorChange.Op.UPSERT
+    indexed = changed & INDEXED_FIELDS
+    if not indexed:
+        return None
+    return VectorChange.Op.EXPIRY if indexed <= EXPIRY_FIELDS else VectorChange.Op.UPSERT
 
 
 def _index_written(memories: Sequence[Memory], fields: frozenset[str] | None) -> None:
@@ -213,9 +228,10 @@ def memory_saved(memory: Memory, *, audit: Audit | None, at: datetime, insert: b
         _index_written([memory], changed)
     if audit is not None:
         _audit_rows([memory], lambda _m: audit, at)
-    if changed is not None and not changed & INDEXED_FIELDS:
+    op = _feed_op(changed)
+    if op is None:
         return None
-    change_id = VectorChange.objects.create(memory_id=memory.id, op=VectorChange.Op.UPSERT).pk
+    change_id = VectorChange.objects.create(memory_id=memory.id, op=op).pk
     if sync:
         _after_commit(written=[(memory, change_id)])
     return change_id
@@ -234,8 +250,9 @@ def memories_saved(memories: Sequence[Memory], fields: Iterable[str], *, audits:
     _update_rows(memories, sorted(changed))
     _index_written(memories, changed)
     _audit_rows([m for m in memories if m.id in audits], lambda m: audits[m.id], at)
-    if changed & INDEXED_FIELDS:
-        _feed([m.id for m in memories], VectorChange.Op.UPSERT)
+    op = _feed_op(changed)
+    if op is not None:
+        _feed([m.id for m in memories], op)
 
 
 def _update_rows(memories: Sequence[Memory], fields: Sequence[str]) -> None:
@@ -262,8 +279,9 @@ def memories_updated(memory_ids: Sequence[uuid.UUID], values: dict[str, Any], *,
     _index_written(memories, changed)
     if audit is not None:
         _audit_rows(memories, audit, at)
-    if changed & INDEXED_FIELDS:
-        _feed([m.id for m in memories], VectorChange.Op.UPSERT)
+    op = _feed_op(changed)
+    if op is not None:
+        _feed([m.id for m in memories], op)
         transaction.on_commit(sync_indexes)
     return count
 

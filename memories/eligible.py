@@ -46,6 +46,19 @@ class EligibleRows:
         """What is kept for ``kind`` now, current or not."""
         return self._found.get(kind)
 
+    def expiry_moved(self, row: int, old: float, new: float) -> None:
+        """Only ``row``'s expiry changed, from ``old`` to ``new`` (nothing a ``select()`` reads):
+        each mask that holds the row stays right until the earlier of its end and ``new``; one
+        that left it out because it had expired is dropped (the row may be live again); one that
+        left it out by ``select()`` stays. Cheaper than a new version, which recomputes every mask."""
+        for kind, found in list(self._found.items()):
+            if row >= found.mask.size:  # computed before the row existed: never current again
+                del self._found[kind]
+            elif found.mask[row]:
+                found.until = min(found.until, new)
+            elif old <= found.since:
+                del self._found[kind]
+
     def get(self, kind: Hashable, version: Hashable, now: float, live: np.ndarray,
             select: Callable[[], np.ndarray]) -> Eligible:
         """The rows of ``kind``: ``select()`` (a fresh boolean mask over the same rows as ``live``,

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from collections.abc import Callable, Collection, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, connection
 from django.db.models import Max
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from memories.models import AuditLog, Memory, VectorChange, VectorIndexCursor
 
@@ -45,6 +47,57 @@ def _any_after(change_id: int) -> bool:
         return cursor.fetchone() is not None
 
 
+def split_expiries(changes: list[tuple[int, uuid.UUID, str]],
+                   applied: Collection[int] = ()) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
+    """The memories a batch of feed rows changed (those in ``applied`` left out), in two sets:
+    those to read again whole, and those whose only change is an EXPIRY (their expiry moved)."""
+    whole: set[uuid.UUID] = set()
+    expiries: set[uuid.UUID] = set()
+    for change_id, memory_id, op in changes:
+        if change_id in applied:
+            continue
+        (expiries if op == VectorChange.Op.EXPIRY else whole).add(memory_id)
+    return whole, expiries - whole
+
+
+def expiries_of(memory_ids: set[uuid.UUID]) -> dict[uuid.UUID, float]:
+    """When each of these memories stops being searchable (``live_until``); a memory that is gone
+    or archived is left out. Plain SQL, as ``_rows_after``."""
+    if not memory_ids:
+        return {}
+    table, pk = connection.ops.quote_name(Memory._meta.db_table), Memory._meta.pk
+    placeholders = ", ".join(["%s"] * len(memory_ids))
+    keys = [pk.get_db_prep_value(memory_id, connection) for memory_id in memory_ids]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, decay_eligible, expires_at FROM {table} "  # noqa: S608 - the model's own table name
+                       f"WHERE archived = %s AND id IN ({placeholders})", [False, *keys])
+        rows = cursor.fetchall()
+    return {_uuid(raw_id): _epoch(expires_at) if decay and expires_at is not None else math.inf
+            for raw_id, decay, expires_at in rows}
+
+
+def _uuid(value: uuid.UUID | str) -> uuid.UUID:
+    """A uuid column's value read through a raw cursor (SQLite gives its 32 hex digits)."""
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+
+
+def _epoch(value: datetime | str) -> float:
+    """A datetime column's value read through a raw cursor (SQLite gives text, in UTC) as epoch seconds."""
+    moment = parse_datetime(value) if isinstance(value, str) else value
+    if moment is None:
+        raise ValueError(f"not a datetime: {value!r}")
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _rows_after(change_id: int) -> list[tuple[int, uuid.UUID, str]]:
+    """The feed rows after ``change_id``, oldest first, in plain SQL like ``_any_after``: the
+    ORM's query building was most of a catch-up of a few rows (every index, every flush)."""
+    table = connection.ops.quote_name(VectorChange._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, memory_id, op FROM {table} WHERE id > %s ORDER BY id", [change_id])  # noqa: S608 - the model's own table name
+        return [(row_id, _uuid(memory_id), op) for row_id, memory_id, op in cursor.fetchall()]
+
+
 class FeedReader:
     """One in-process index's position in the change feed."""
 
@@ -69,9 +122,7 @@ class FeedReader:
         if not _any_after(self.last_change):
             self.caught_up_at = time.monotonic()
             return []
-        changes = list(
-            VectorChange.objects.filter(id__gt=self.last_change).order_by("id").values_list("id", "memory_id", "op")
-        )
+        changes = _rows_after(self.last_change)
         caught_up_at, self.caught_up_at = self.caught_up_at, time.monotonic()
         if changes and needs_reload(changes, caught_up_at):
             return None

@@ -204,6 +204,7 @@ class VectorChange(models.Model):
         UPSERT = "upsert"
         DELETE = "delete"
         RESET = "reset"  # the whole store was replaced (backup restore): every index reloads
+        EXPIRY = "expiry"  # only when the memory stops being searchable moved (access tracking's sliding window)
 
     memory_id = models.UUIDField()
     op = models.CharField(max_length=8, choices=Op.choices)

@@ -37,7 +37,7 @@ from django.db import DatabaseError
 from memories import ann, snapshots
 from memories.eligible import Eligible, EligibleRows
 from memories.embeddings import from_bytes, get_embedder
-from memories.feed import FeedReader, discarded_on_failure, let_waiters_in
+from memories.feed import FeedReader, discarded_on_failure, expiries_of, let_waiters_in, split_expiries
 from memories.file_rows import FileRows
 from memories.models import Memory
 from memories.row_ids import RowIds, id_order, opened_ids, rebase_ids
@@ -186,9 +186,13 @@ class EmbeddedVectorIndex:
 
     def _put(self, memory_id: str, vector: np.ndarray, namespace: str, collection: str, until: float,
              threaded: bool = False) -> None:
-        self._version += 1
         row = self._row_ids.row(memory_id)
         moved = row is None or not np.array_equal(self._vectors_of(np.array([row]))[0], vector)
+        if not moved and self._ns[row] == self._code("n:" + namespace) and \
+                self._coll[row] == self._code("c:" + collection) and self._threaded[row] == threaded:
+            self._set_until(row, until)  # e.g. a new tier: nothing this index holds but the expiry
+            return
+        self._version += 1
         if row is None:
             self._live_rows += 1
             if not self._free:
@@ -211,6 +215,13 @@ class EmbeddedVectorIndex:
         self._live[row] = until
         if self._ann is not None:
             self._ann.put(row, (int(self._ns[row]), int(self._coll[row]), threaded), moved=moved)
+
+    def _set_until(self, row: int, until: float) -> None:
+        """Only the row's expiry moves: the cached eligible rows are adjusted, not recomputed."""
+        old = float(self._live[row])
+        if old != until:
+            self._live[row] = until
+            self._eligible.expiry_moved(row, old, until)
 
     def _drop(self, memory_id: str) -> None:
         row = self._row_ids.row(memory_id)
@@ -293,12 +304,13 @@ class EmbeddedVectorIndex:
             return
         if not changes:
             return
-        ids = {memory_id for change_id, memory_id, _ in changes if change_id not in self._applied}
+        ids, expiries = split_expiries(changes, self._applied)
         self._applied.difference_update(change_id for change_id, _, _ in changes)
-        if not ids:
+        if not ids and not expiries:
             return
         try:
-            found = {m.id: m for m in Memory.objects.filter(id__in=ids).only(*self._FIELDS)}
+            found = {m.id: m for m in Memory.objects.filter(id__in=ids).only(*self._FIELDS)} if ids else {}
+            moved = expiries_of(expiries)
         except DatabaseError:
             self._feed.rewind(changes)  # nothing applied yet: read them again next time
             raise
@@ -308,7 +320,13 @@ class EmbeddedVectorIndex:
                 self._drop(str(memory_id))
             else:
                 self._put_memory(memory)
-        self._keeper.note(len(ids))
+        for memory_id in expiries:
+            row = self._row_ids.row(str(memory_id))
+            if memory_id not in moved:
+                self._drop(str(memory_id))
+            elif row is not None:  # not held: not searchable (archived, no vector), and still is not
+                self._set_until(row, moved[memory_id])
+        self._keeper.note(len(ids) + len(expiries))
 
     # Rows are written in place (copy-on-write pages); the projection is only ever replaced.
     _WRITABLE = frozenset({"matrix", "ns", "coll", "threaded", "live", "sketch"})

@@ -37,7 +37,7 @@ from django.utils.timezone import make_aware
 
 from memories import snapshots
 from memories.eligible import EligibleRows
-from memories.feed import FeedReader, discarded_on_failure, let_waiters_in
+from memories.feed import FeedReader, discarded_on_failure, expiries_of, let_waiters_in, split_expiries
 from memories.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.text import ANALYZER_VERSION
 from search import bm25_compiled
@@ -140,10 +140,10 @@ class TextIndex:
              until: float) -> None:
         signature = _signature(content, tags, context, namespace, collection)
         old = self._row_ids.row(memory_id)
-        self._version += 1
         if old is not None and self._alive[old] and self._sig[old] == signature:
-            self._live[old] = until  # only the expiry moved (access tracking): update in place
+            self._set_until(old, until)  # nothing this index holds but the expiry may have moved
             return
+        self._version += 1
         if old is not None and self._alive[old]:
             self._kill(old)
         row = len(self._row_ids)
@@ -169,6 +169,13 @@ class TextIndex:
         docs = self._ns_docs.setdefault(ns_code, [0, 0.0])
         docs[0] += 1
         docs[1] += self._dl[row]
+
+    def _set_until(self, row: int, until: float) -> None:
+        """Only the row's expiry moves: the cached eligible rows are adjusted, not recomputed."""
+        old = self._live[row]
+        if old != until:
+            self._live[row] = until
+            self._eligible.expiry_moved(row, old, until)
 
     def _kill(self, row: int) -> None:
         """Mask a row (replaced or dropped): it leaves its namespace's statistics."""
@@ -257,14 +264,10 @@ class TextIndex:
             return
         if not changes:
             return
-        ids = {memory_id for _, memory_id, _ in changes}
-        placeholders = ", ".join(["%s"] * len(ids))
-        sql, id_column = _SELECT[connection.vendor]
-        keys = [fts_rowid(m) for m in ids] if connection.vendor == "sqlite" else [str(m) for m in ids]
+        ids, expiries = split_expiries(changes)
         try:
-            with connection.cursor() as cursor:
-                cursor.execute(sql + f" AND {id_column} IN ({placeholders})", [False, *keys])
-                rows = _typed(cursor.fetchall())
+            rows = self._rows_of(ids)
+            moved = expiries_of(expiries)
         except DatabaseError:
             self._feed.rewind(changes)
             raise
@@ -273,7 +276,24 @@ class TextIndex:
             if str(memory_id) not in present:
                 self._drop(str(memory_id))  # forgotten, archived or collection deleted
         self._ingest(rows)
-        self._keeper.note(len(ids))
+        for memory_id in expiries:
+            row = self._row_ids.row(str(memory_id))
+            if memory_id not in moved:
+                self._drop(str(memory_id))
+            elif row is not None and self._alive[row]:
+                self._set_until(row, moved[memory_id])
+        self._keeper.note(len(ids) + len(expiries))
+
+    def _rows_of(self, ids: set[uuid.UUID]) -> list[tuple]:
+        """The indexed rows of these memories (an archived or deleted one has none)."""
+        if not ids:
+            return []
+        placeholders = ", ".join(["%s"] * len(ids))
+        sql, id_column = _SELECT[connection.vendor]
+        keys = [fts_rowid(m) for m in ids] if connection.vendor == "sqlite" else [str(m) for m in ids]
+        with connection.cursor() as cursor:
+            cursor.execute(sql + f" AND {id_column} IN ({placeholders})", [False, *keys])
+            return _typed(cursor.fetchall())
 
     def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int) -> list[tuple[str, float]]:
         with self._lock:

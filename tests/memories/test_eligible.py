@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 
@@ -56,3 +57,43 @@ def test_kinds_are_kept_apart_and_bounded() -> None:
     for kind in range(3, 3 + KINDS_KEPT):
         cache.get(kind, 0, 0.0, live, select(1))
     assert cache.cached(1) is None and cache.cached(2 + KINDS_KEPT) is not None
+
+
+def test_an_expiry_moved_keeps_each_mask_that_stays_right_and_drops_one_it_may_have_made_wrong() -> None:
+    live, select, calls = _rows([1, 1, 2], [10.0, 50.0, 30.0])
+    cache = EligibleRows()
+    holding = cache.get("ns1", 0, 5.0, live, select(1))  # rows 0 and 1, until 10
+    other = cache.get("ns2", 0, 5.0, live, select(2))  # row 2: row 0 left out by its namespace
+    assert cache.get("late", 0, 20.0, live, select(1)).rows().tolist() == [1]  # row 0 left out as expired
+    live[0] = 80.0
+    cache.expiry_moved(0, 10.0, 80.0)
+    assert cache.cached("ns1") is holding and holding.until == 10.0  # still right (a bound, not exact)
+    assert cache.cached("ns2") is other and cache.cached("late") is None  # row 0 is live again at 20
+    assert cache.get("late", 0, 20.0, live, select(1)).rows().tolist() == [0, 1]
+    live[1] = 6.0  # shortened: the masks holding it end at its new expiry
+    cache.expiry_moved(1, 50.0, 6.0)
+    assert holding.until == 6.0 and cache.get("ns1", 0, 5.5, live, select(1)) is holding
+    assert cache.get("ns1", 0, 7.0, live, select(1)).rows().tolist() == [0]
+    assert calls == [1, 2, 1, 1, 1]
+
+
+def test_masks_adjusted_to_moved_expiries_always_equal_fresh_ones() -> None:
+    """Random expiries moved both ways, random times: a cached answer is always the one computed
+    from scratch (with the current version, as an index that only moved expiries keeps it)."""
+    rng = random.Random(3)
+    ns = np.array([rng.randrange(3) for _ in range(40)])
+    live = np.array([rng.choice([math.inf, rng.uniform(0, 100)]) for _ in range(40)], dtype=np.float64)
+    cache = EligibleRows()
+    reused = 0
+    for _ in range(3000):
+        if rng.random() < 0.3:
+            row = rng.randrange(40)
+            old, live[row] = live[row], rng.choice([math.inf, rng.uniform(0, 100)])
+            cache.expiry_moved(row, float(old), float(live[row]))
+            continue
+        code, now = rng.randrange(3), rng.uniform(0, 100)
+        before = cache.cached(code)
+        found = cache.get(code, 0, now, live, lambda code=code: ns == code)
+        reused += found is before
+        assert found.rows().tolist() == np.flatnonzero((ns == code) & (live > now)).tolist()
+    assert reused > 100  # the cache was used, not only recomputed

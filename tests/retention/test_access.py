@@ -175,6 +175,8 @@ def test_expiry_change_is_published_to_vector_indexes(hash_embedder) -> None:
     before = VectorChange.objects.filter(memory_id=mid).count()
     access(mid, 1)
     assert VectorChange.objects.filter(memory_id=mid).count() == before + 1
+    # only the expiry moved: every process re-reads two columns of it, not the whole row
+    assert VectorChange.objects.filter(memory_id=mid).latest("id").op == VectorChange.Op.EXPIRY
 
 
 def test_last_accessed_is_the_latest_access_even_if_recorded_out_of_order(hash_embedder) -> None:
@@ -427,6 +429,7 @@ def test_a_flush_writes_each_memory_once_in_bulk_with_its_promotion_and_feed(has
     assert AuditLog.objects.filter(memory_id=hot, operation="PROMOTE").count() == 1
     assert all(fresh(mid).access_count == 1 for mid in many[1:])
     assert VectorChange.objects.count() - feed_before == 1  # the promoted one; the others' expiry moved < a step
+    assert VectorChange.objects.latest("id").op == VectorChange.Op.UPSERT  # a new tier: read whole
 
 
 @pytest.mark.django_db(transaction=True)
