@@ -40,6 +40,7 @@ from django.utils import timezone
 from bhgbrain_site.config import QdrantConfig
 from memories import foreign, normalize, sparse
 from memories.embeddings import from_bytes, to_bytes
+from memories.feed import split_expiries
 from memories.models import Memory, MemorySource, MemoryType, Operation, RetentionTier, VectorChange, VectorIndexCursor
 from memories.threads import contexts
 from memories.vectors import StoredPoint, VectorHit
@@ -59,12 +60,17 @@ def _unix(value: datetime | None) -> int | None:
     return int(value.timestamp()) if value is not None else None
 
 
+def expiry_payload(decay_eligible: bool, expires_at: datetime | None) -> dict[str, Any]:
+    """The payload keys an expiry-only change moves (the feed's ``expiry`` rows)."""
+    return {"decay_eligible": decay_eligible, "expires_at": _unix(expires_at) if decay_eligible else None}
+
+
 def point_payload(memory: Memory) -> dict[str, Any]:
     return {
         "namespace": memory.namespace, "collection": memory.collection, "type": memory.type, "tags": list(memory.tags),
         "content": memory.content, "summary": memory.summary, "category": memory.category, "source": memory.source,
         "importance": memory.importance, "retention_tier": memory.retention_tier,
-        "decay_eligible": memory.decay_eligible, "expires_at": _unix(memory.expires_at) if memory.decay_eligible else None,
+        **expiry_payload(memory.decay_eligible, memory.expires_at),
         "device_id": memory.device_id, "created_at": memory.created_at.isoformat(),
         # beyond the original's layout (it ignores unknown keys): conversation and event fields
         "thread": memory.thread, "speaker": memory.speaker, "message_id": memory.message_id,
@@ -331,6 +337,32 @@ class QdrantVectorIndex:
             for start in range(0, len(batch), 256):
                 client.upsert(name, points=batch[start:start + 256], wait=True)
 
+    def _push_expiries(self, memory_ids: set[uuid.UUID]) -> set[uuid.UUID]:
+        """Memories whose only change is their expiry: those two payload keys set on their point,
+        one batch request per collection (no row, vector or sparse vector rebuilt). Returns the
+        memories to push whole instead: gone or archived ones (their points are deleted there),
+        those that no longer expire, and those of a batch that failed (a point missing)."""
+        from qdrant_client import models
+
+        rows = Memory.objects.filter(id__in=memory_ids, archived=False).values_list(
+            "id", "namespace", "collection", "decay_eligible", "expires_at") if memory_ids else []
+        batches: dict[str, dict[uuid.UUID, Any]] = {}
+        for memory_id, namespace, collection, decay_eligible, expires_at in rows:
+            payload = expiry_payload(decay_eligible, expires_at)
+            if payload["expires_at"] is None:
+                continue  # set to null, a key is removed (Qdrant's merge): the layout keeps it, so push whole
+            batches.setdefault(collection_name(namespace, collection), {})[memory_id] = models.SetPayloadOperation(
+                set_payload=models.SetPayload(payload=payload, points=[str(memory_id)]))
+        whole = memory_ids - {memory_id for batch in batches.values() for memory_id in batch}
+        client = self.client() if batches else None
+        for name, batch in batches.items():
+            try:
+                client.batch_update_points(name, update_operations=list(batch.values()), wait=True)
+            except Exception:  # noqa: BLE001 - a point or collection missing: an upsert of the whole point mends it
+                logger.info("qdrant: expiry-only update of %d points in %s failed; pushing them whole", len(batch), name)
+                whole |= batch.keys()
+        return whole
+
     def refill(self) -> int:
         """Push every live memory again when Qdrant holds fewer points than this store has live
         memories: a Qdrant that lost its data (a wiped volume, a collection deleted by hand) while
@@ -373,7 +405,12 @@ class QdrantVectorIndex:
                 if not changes:
                     return applied
                 reset = any(op == VectorChange.Op.RESET for _, _, op in changes)
-                self._push({m for _, m, op in changes if op != VectorChange.Op.RESET}, reset)
+                whole, expiries = split_expiries([change for change in changes if change[2] != VectorChange.Op.RESET])
+                if reset:
+                    whole, expiries = whole | expiries, set()
+                whole |= self._push_expiries(expiries)
+                if whole or reset:
+                    self._push(whole, reset)
                 cursor.last_change = changes[-1][0]
                 cursor.save(update_fields=["last_change", "updated_at"])
                 applied += len(changes)

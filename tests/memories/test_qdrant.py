@@ -71,6 +71,41 @@ def test_expiry_namespace_and_collection_filters(qdrant: QdrantVectorIndex) -> N
     assert _point(qdrant, live.id, collection="infra") is None
 
 
+def test_an_expiry_only_change_sets_two_payload_keys_without_pushing_the_point_again(
+        qdrant: QdrantVectorIndex, hash_embedder, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    created = remember("Expiry: the staging database is wiped every Sunday", retention_tier="T3")
+    before = _point(qdrant, created.id)
+    pushed: list[set] = []
+    push = qdrant._push  # noqa: SLF001
+    monkeypatch.setattr(qdrant, "_push", lambda ids, reset: (pushed.append(set(ids)), push(ids, reset)))
+    now, later = timezone.now(), timezone.now() + timedelta(days=400)
+    changes.memories_updated([created.id], {"expires_at": later}, audit=None, at=now)  # syncs after commit
+    point = _point(qdrant, created.id)
+    assert point.payload["expires_at"] == int(later.timestamp()) and pushed == []
+    assert {key: value for key, value in point.payload.items() if key != "expires_at"} == \
+        {key: value for key, value in before.payload.items() if key != "expires_at"}
+    query = hash_embedder.embed_query("Expiry: the staging database is wiped every Sunday")
+    found = qdrant.search(query, namespace="global", collection=None, limit=5, now=now + timedelta(days=200))
+    assert [hit.memory_id for hit in found] == [created.id]  # past the old expiry (T3), before the new one
+    changes.memories_updated([created.id], {"decay_eligible": False}, audit=None, at=now)  # pushed whole: a
+    assert _point(qdrant, created.id).payload["expires_at"] is None and len(pushed) == 1  # null key is kept
+    memory_forget(memory_id=created.id, namespace=None, actor="test")
+    assert _point(qdrant, created.id) is None and len(pushed) == 2  # a deletion is pushed as before
+
+
+def test_an_expiry_only_change_of_a_point_qdrant_lost_pushes_it_whole(qdrant: QdrantVectorIndex) -> None:
+    kept = remember("Expiry: the backup window is at 02:00")
+    lost = remember("Expiry: the VPN gateway restarts nightly")
+    name = collection_name("global", "general")
+    qdrant.client().delete(name, points_selector=models.PointIdsList(points=[lost.id]), wait=True)  # lost by hand
+    later = timezone.now() + timedelta(days=400)
+    changes.memories_updated([kept.id, lost.id], {"expires_at": later}, audit=None, at=timezone.now())
+    for memory_id in (kept.id, lost.id):
+        point = _point(qdrant, memory_id)
+        assert point is not None and point.payload["expires_at"] == int(later.timestamp())
+    assert _point(qdrant, lost.id).payload["content"] == "Expiry: the VPN gateway restarts nightly"
+
+
 def test_an_outage_delays_changes_but_loses_none(qdrant: QdrantVectorIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     kept = remember("Outage: written before the outage")
     real_client = qdrant.client()
