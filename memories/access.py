@@ -125,19 +125,6 @@ def _accessed(memory: Memory, count: int, at: datetime, threshold: int) -> _Acce
     )
 
 
-def memory_record_access(*, memory_id: str, count: int, at: datetime, sync: bool = True) -> AccessOutcome | None:
-    """Apply ``count`` accesses made at ``at`` to one memory (one transaction)."""
-    threshold = settings.BHGBRAIN.retention.auto_promote_access_threshold
-    with transaction.atomic():
-        memory = Memory.objects.select_for_update().filter(pk=memory_id, archived=False).first()
-        if memory is None:
-            return None
-        done = _accessed(memory, count, at, threshold)
-        changes.memory_saved(memory, audit=done.audit, at=at, fields=done.changed, sync=sync)
-        _count_day(memory.namespace, at.date(), count)
-    return done.outcome
-
-
 FLUSH_CHUNK = 200  # memories written per transaction by a flush
 Access = tuple[uuid.UUID, int, datetime]  # a memory, how many accesses, the last one
 

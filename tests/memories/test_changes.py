@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from categories.services import category_set
 from memories import changes, vector_index
-from memories.access import memory_record_access
+from memories.access import memories_record_access
 from memories.curation import memory_edit
 from memories.models import AuditLog, Memory, VectorChange
 from memories.services import collection_delete, memory_forget, memory_tag
@@ -90,7 +90,7 @@ def test_writes_no_index_can_see_append_no_feed_row(hash_embedder, bhg_config) -
     bhg_config.retention.sliding_window_enabled = False
     memory_id = remember("Architecture decision: one database per service").id  # T0: no expiry to slide
     before = VectorChange.objects.count()
-    memory_record_access(memory_id=memory_id, count=1, at=timezone.now())
+    memories_record_access([(uuid.UUID(memory_id), 1, timezone.now())])
     assert Memory.objects.get(id=memory_id).access_count == 1
     assert VectorChange.objects.count() == before
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -12,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from memories import access as retention_services
-from memories.access import AccessTracker, memory_record_access, tracker
+from memories.access import AccessTracker, memories_record_access, tracker
 from memories.models import AuditLog, Memory, VectorChange
 from search.services import recall_run, search_run
 from tests.conftest import remember
@@ -316,11 +317,10 @@ def test_a_flush_runs_the_same_queries_for_three_memories_as_for_thirty(hash_emb
     assert fresh(many[0]).content.startswith("Runbook step 0")  # the text was not written back
 
 
-def test_memory_record_access_applies_count(hash_embedder) -> None:
+def test_memories_record_access_applies_count(hash_embedder) -> None:
     mid = remember("Scratch note about the staging cluster", retention_tier="T3").id
     at = timezone.now()
-    outcome = memory_record_access(memory_id=mid, count=7, at=at)
-    assert outcome is not None
+    [outcome] = memories_record_access([(uuid.UUID(mid), 7, at)])
     assert (outcome.access_count, outcome.retention_tier, outcome.promoted_from) == (7, "T2", "T3")
     assert fresh(mid).last_accessed == at
 
