@@ -33,6 +33,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 import search_latency as lat  # noqa: E402 - the store set-up, loaders and machine facts are shared
+from load import percentiles  # noqa: E402
 from machine import load_average  # noqa: E402
 
 STEPS = ("flush", "vector catch-up", "text catch-up", "full-text after", "full-text steady",
@@ -48,11 +49,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--sentences", type=int, default=3000)
     return parser.parse_args()
-
-
-def _percentile(values: list[float], pct: int) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
 def _caught_up(index: object) -> Callable[[], None]:
@@ -115,11 +111,12 @@ def main() -> int:
         ops = sorted(set(VectorChange.objects.values_list("op", flat=True)))
     print(f"\n{args.rounds} flushes of {args.batch} memories, {args.size} memories in {args.namespaces} namespaces; "
           f"feed rows written: {', '.join(ops)}; load average at end: {load_average()}")
+    found = {step: percentiles(values) for step, values in times.items()}
     print(f"{'step':18s} {'p50 ms':>8s} {'p95 ms':>8s}")
     for step in STEPS:
-        print(f"{step:18s} {_percentile(times[step], 50):8.3f} {_percentile(times[step], 95):8.3f}")
+        print(f"{step:18s} {found[step]['p50']:8.3f} {found[step]['p95']:8.3f}")
     for kind in ("full-text", "semantic"):
-        extra = _percentile(times[f"{kind} after"], 50) - _percentile(times[f"{kind} steady"], 50)
+        extra = found[f"{kind} after"]["p50"] - found[f"{kind} steady"]["p50"]
         print(f"{kind} search right after a flush: {extra:+.3f} ms p50 over a steady one")
     return 0
 

@@ -8,6 +8,7 @@ the index's version is unchanged and ``now`` is before the earliest expiry among
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
@@ -45,6 +46,14 @@ class EligibleRows:
     def cached(self, kind: Hashable) -> Eligible | None:
         """What is kept for ``kind`` now, current or not."""
         return self._found.get(kind)
+
+    def set_expiry(self, live: np.ndarray | array, row: int, until: float) -> None:
+        """Write ``row``'s new expiry into the index's ``live`` array and adjust the masks to it
+        (``expiry_moved``): the row's namespace, collection and text are unchanged."""
+        old = float(live[row])
+        if old != until:
+            live[row] = until
+            self.expiry_moved(row, old, until)
 
     def expiry_moved(self, row: int, old: float, new: float) -> None:
         """Only ``row``'s expiry changed, from ``old`` to ``new`` (nothing a ``select()`` reads):

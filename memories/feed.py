@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
@@ -21,6 +20,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from memories.models import AuditLog, Memory, VectorChange, VectorIndexCursor
+from memories.vectors import until_of
 
 logger = logging.getLogger("bhgbrain.search")
 
@@ -72,21 +72,21 @@ def expiries_of(memory_ids: set[uuid.UUID]) -> dict[uuid.UUID, float]:
         cursor.execute(f"SELECT id, decay_eligible, expires_at FROM {table} "  # noqa: S608 - the model's own table name
                        f"WHERE archived = %s AND id IN ({placeholders})", [False, *keys])
         rows = cursor.fetchall()
-    return {_uuid(raw_id): _epoch(expires_at) if decay and expires_at is not None else math.inf
-            for raw_id, decay, expires_at in rows}
+    return {raw_uuid(raw_id): until_of(bool(decay), raw_datetime(expires_at)) for raw_id, decay, expires_at in rows}
 
 
-def _uuid(value: uuid.UUID | str) -> uuid.UUID:
+def raw_uuid(value: uuid.UUID | str) -> uuid.UUID:
     """A uuid column's value read through a raw cursor (SQLite gives its 32 hex digits)."""
     return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
 
 
-def _epoch(value: datetime | str) -> float:
-    """A datetime column's value read through a raw cursor (SQLite gives text, in UTC) as epoch seconds."""
-    moment = parse_datetime(value) if isinstance(value, str) else value
-    if moment is None:
-        raise ValueError(f"not a datetime: {value!r}")
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+def raw_datetime(value: datetime | str | None) -> datetime | None:
+    """A datetime column's value read through a raw cursor: SQLite gives text, in UTC (None when
+    it is not a datetime)."""
+    if not isinstance(value, str):
+        return value
+    parsed = parse_datetime(value)
+    return parsed if parsed is None or parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _rows_after(change_id: int) -> list[tuple[int, uuid.UUID, str]]:
@@ -95,7 +95,7 @@ def _rows_after(change_id: int) -> list[tuple[int, uuid.UUID, str]]:
     table = connection.ops.quote_name(VectorChange._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT id, memory_id, op FROM {table} WHERE id > %s ORDER BY id", [change_id])  # noqa: S608 - the model's own table name
-        return [(row_id, _uuid(memory_id), op) for row_id, memory_id, op in cursor.fetchall()]
+        return [(row_id, raw_uuid(memory_id), op) for row_id, memory_id, op in cursor.fetchall()]
 
 
 class FeedReader:

@@ -344,8 +344,10 @@ class QdrantVectorIndex:
         those that no longer expire, and those of a batch that failed (a point missing)."""
         from qdrant_client import models
 
+        if not memory_ids:
+            return set()
         rows = Memory.objects.filter(id__in=memory_ids, archived=False).values_list(
-            "id", "namespace", "collection", "decay_eligible", "expires_at") if memory_ids else []
+            "id", "namespace", "collection", "decay_eligible", "expires_at")
         batches: dict[str, dict[uuid.UUID, Any]] = {}
         for memory_id, namespace, collection, decay_eligible, expires_at in rows:
             payload = expiry_payload(decay_eligible, expires_at)
@@ -354,10 +356,9 @@ class QdrantVectorIndex:
             batches.setdefault(collection_name(namespace, collection), {})[memory_id] = models.SetPayloadOperation(
                 set_payload=models.SetPayload(payload=payload, points=[str(memory_id)]))
         whole = memory_ids - {memory_id for batch in batches.values() for memory_id in batch}
-        client = self.client() if batches else None
         for name, batch in batches.items():
             try:
-                client.batch_update_points(name, update_operations=list(batch.values()), wait=True)
+                self.client().batch_update_points(name, update_operations=list(batch.values()), wait=True)
             except Exception:  # noqa: BLE001 - a point or collection missing: an upsert of the whole point mends it
                 logger.info("qdrant: expiry-only update of %d points in %s failed; pushing them whole", len(batch), name)
                 whole |= batch.keys()

@@ -24,7 +24,6 @@ that union exactly.
 from __future__ import annotations
 
 import functools
-import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,10 +40,7 @@ from memories.feed import FeedReader, discarded_on_failure, expiries_of, let_wai
 from memories.file_rows import FileRows
 from memories.models import Memory
 from memories.row_ids import RowIds, id_order, opened_ids, rebase_ids
-from memories.vectors import StoredPoint, VectorHit, VectorIndex, live_until
-
-_INF = math.inf
-
+from memories.vectors import StoredPoint, VectorHit, VectorIndex, live_until, until_of
 
 SKETCH_MIN_ROWS = 20_000  # below this many candidates the exact scan takes a few ms anyway
 SKETCH_RATIO = 3  # sketch dimensions = model dimensions // SKETCH_RATIO (384 -> 128)
@@ -190,7 +186,7 @@ class EmbeddedVectorIndex:
         moved = row is None or not np.array_equal(self._vectors_of(np.array([row]))[0], vector)
         if not moved and self._ns[row] == self._code("n:" + namespace) and \
                 self._coll[row] == self._code("c:" + collection) and self._threaded[row] == threaded:
-            self._set_until(row, until)  # e.g. a new tier: nothing this index holds but the expiry
+            self._eligible.set_expiry(self._live, row, until)  # e.g. a new tier: nothing this index holds but the expiry
             return
         self._version += 1
         if row is None:
@@ -215,13 +211,6 @@ class EmbeddedVectorIndex:
         self._live[row] = until
         if self._ann is not None:
             self._ann.put(row, (int(self._ns[row]), int(self._coll[row]), threaded), moved=moved)
-
-    def _set_until(self, row: int, until: float) -> None:
-        """Only the row's expiry moves: the cached eligible rows are adjusted, not recomputed."""
-        old = float(self._live[row])
-        if old != until:
-            self._live[row] = until
-            self._eligible.expiry_moved(row, old, until)
 
     def _drop(self, memory_id: str) -> None:
         row = self._row_ids.row(memory_id)
@@ -265,8 +254,8 @@ class EmbeddedVectorIndex:
         ).iterator(chunk_size=2000):
             vector = from_bytes(blob)
             if vector.shape[0] == self.dimensions:
-                until = expires_at.timestamp() if decay_eligible and expires_at is not None else _INF
-                self._put(str(memory_id), vector, namespace, collection, until, bool(thread))
+                self._put(str(memory_id), vector, namespace, collection, until_of(decay_eligible, expires_at),
+                          bool(thread))
         self._loaded, self.loaded_from = True, "database"
         used = self._ns[: self._top]
         if np.bincount(used[used >= 0]).max(initial=0) >= SKETCH_MIN_ROWS:
@@ -321,11 +310,12 @@ class EmbeddedVectorIndex:
             else:
                 self._put_memory(memory)
         for memory_id in expiries:
-            row = self._row_ids.row(str(memory_id))
             if memory_id not in moved:
                 self._drop(str(memory_id))
-            elif row is not None:  # not held: not searchable (archived, no vector), and still is not
-                self._set_until(row, moved[memory_id])
+                continue
+            row = self._row_ids.row(str(memory_id))
+            if row is not None:  # not held: not searchable (archived, no vector), and still is not
+                self._eligible.set_expiry(self._live, row, moved[memory_id])
         self._keeper.note(len(ids) + len(expiries))
 
     # Rows are written in place (copy-on-write pages); the projection is only ever replaced.

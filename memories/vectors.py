@@ -34,9 +34,14 @@ class StoredPoint:
 
 def live_until(memory: Memory) -> float:
     """One number that makes "alive" a single range test: expiry epoch, or +inf."""
-    if not memory.decay_eligible or memory.expires_at is None:
+    return until_of(memory.decay_eligible, memory.expires_at)
+
+
+def until_of(decay_eligible: bool, expires_at: datetime | None) -> float:
+    """``live_until`` from the two columns (rows read without a model)."""
+    if not decay_eligible or expires_at is None:
         return math.inf
-    return memory.expires_at.timestamp()
+    return expires_at.timestamp()
 
 
 class VectorIndex(Protocol):

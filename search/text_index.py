@@ -28,22 +28,28 @@ import math
 import threading
 import uuid
 from array import array
-from datetime import UTC, datetime
+from datetime import datetime
 
 import numpy as np
 from django.db import DatabaseError, connection
-from django.utils.dateparse import parse_datetime
-from django.utils.timezone import make_aware
 
 from memories import snapshots
 from memories.eligible import EligibleRows
-from memories.feed import FeedReader, discarded_on_failure, expiries_of, let_waiters_in, split_expiries
+from memories.feed import (
+    FeedReader,
+    discarded_on_failure,
+    expiries_of,
+    let_waiters_in,
+    raw_datetime,
+    raw_uuid,
+    split_expiries,
+)
 from memories.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.text import ANALYZER_VERSION
+from memories.vectors import until_of
 from search import bm25_compiled
 from search.bm25_topk import Bm25, TermList, tf_scale
 
-_INF = math.inf
 # A list this long keeps its largest impact (search/bm25_topk.py: a tight bound prunes earlier),
 # computed at this much above the current average row length, so it holds while that grows.
 IMPACT_MIN_POSTINGS = 4096
@@ -141,7 +147,7 @@ class TextIndex:
         signature = _signature(content, tags, context, namespace, collection)
         old = self._row_ids.row(memory_id)
         if old is not None and self._alive[old] and self._sig[old] == signature:
-            self._set_until(old, until)  # nothing this index holds but the expiry may have moved
+            self._eligible.set_expiry(self._live, old, until)  # nothing this index holds but the expiry may have moved
             return
         self._version += 1
         if old is not None and self._alive[old]:
@@ -169,13 +175,6 @@ class TextIndex:
         docs = self._ns_docs.setdefault(ns_code, [0, 0.0])
         docs[0] += 1
         docs[1] += self._dl[row]
-
-    def _set_until(self, row: int, until: float) -> None:
-        """Only the row's expiry moves: the cached eligible rows are adjusted, not recomputed."""
-        old = self._live[row]
-        if old != until:
-            self._live[row] = until
-            self._eligible.expiry_moved(row, old, until)
 
     def _kill(self, row: int) -> None:
         """Mask a row (replaced or dropped): it leaves its namespace's statistics."""
@@ -232,8 +231,7 @@ class TextIndex:
 
     def _ingest(self, rows: list[tuple]) -> None:
         for memory_id, content, tags, context, namespace, collection, decay, expires in rows:
-            until = expires.timestamp() if decay and expires is not None else _INF
-            self._add(memory_id, content, tags, context or "", namespace, collection, until)
+            self._add(memory_id, content, tags, context or "", namespace, collection, until_of(decay, expires))
 
     def _load(self) -> None:
         self._loaded = False
@@ -277,11 +275,12 @@ class TextIndex:
                 self._drop(str(memory_id))  # forgotten, archived or collection deleted
         self._ingest(rows)
         for memory_id in expiries:
-            row = self._row_ids.row(str(memory_id))
             if memory_id not in moved:
                 self._drop(str(memory_id))
-            elif row is not None and self._alive[row]:
-                self._set_until(row, moved[memory_id])
+                continue
+            row = self._row_ids.row(str(memory_id))
+            if row is not None and self._alive[row]:
+                self._eligible.set_expiry(self._live, row, moved[memory_id])
         self._keeper.note(len(ids) + len(expiries))
 
     def _rows_of(self, ids: set[uuid.UUID]) -> list[tuple]:
@@ -589,11 +588,8 @@ def _typed(rows: list[tuple]) -> list[tuple]:
     """SQLite returns datetimes as text and booleans as ints through a raw cursor."""
     out = []
     for raw_id, content, tags, context, namespace, collection, decay, expires in rows:
-        if isinstance(expires, str):
-            parsed = parse_datetime(expires)
-            expires = parsed if parsed is None or parsed.tzinfo else make_aware(parsed, UTC)
-        memory_id = str(raw_id) if isinstance(raw_id, uuid.UUID) else str(uuid.UUID(raw_id))
-        out.append((memory_id, content, tags, context, namespace, collection, bool(decay), expires))
+        out.append((str(raw_uuid(raw_id)), content, tags, context, namespace, collection, bool(decay),
+                    raw_datetime(expires)))
     return out
 
 
