@@ -29,6 +29,7 @@ sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 import search_latency as lat  # noqa: E402 - the store set-up, loaders and machine facts are shared
 from load import percentiles  # noqa: E402
 from machine import load_average  # noqa: E402
+from mcp_initialize import write_snapshots  # noqa: E402
 
 THREADS = 12  # the server's read pool
 
@@ -75,7 +76,9 @@ def _block(pool: Executor, search: Callable[[str], str], questions: list[str], c
 def run(args: argparse.Namespace, store: lat.BenchStore) -> None:
     namespace = lat.namespaces_for(args.size, 1)[0]
     seconds = lat.bulk_load(args.size, [namespace], store.sentences, store.vectors, store.embedder, args.seed)
-    print(f"loaded {args.size} memories in {seconds:.0f} s; load average {load_average()}")
+    graphs = write_snapshots(store.home, namespace)  # the vector graphs built first, not during the blocks
+    print(f"loaded {args.size} memories in {seconds:.0f} s, graphs and snapshots in {graphs:.0f} s; "
+          f"load average {load_average()}")
     questions = lat.make_questions(20, random.Random(args.seed))
     pools = _pools()
     print(f"{'mode':9s} {'pool':19s} {'p50 ms':>7s} {'p95 ms':>7s} {'CPU ms/call':>11s} {'threads':>8s}")
