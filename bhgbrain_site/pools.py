@@ -16,7 +16,9 @@ kept warm, and a heavy one still uses them all.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
@@ -52,6 +54,15 @@ class LifoThreadPool(Executor):
         # As ThreadPoolExecutor does: at interpreter exit, before non-daemon threads are joined,
         # idle threads are told to stop (a running call finishes first).
         threading._register_atexit(self.shutdown)  # type: ignore[attr-defined]  # noqa: SLF001 - the stdlib pools use it
+        # A forked child (a worker a process manager forks) has none of the parent's threads: its
+        # pool starts empty, or a call handed to a parent's idle thread would never run.
+        forked = weakref.WeakMethod(self._forget_threads)
+        os.register_at_fork(after_in_child=lambda: (method := forked()) and method())
+
+    def _forget_threads(self) -> None:
+        self._lock = threading.Lock()
+        self._idle.clear()
+        self._threads.clear()
 
     @property
     def threads(self) -> int:

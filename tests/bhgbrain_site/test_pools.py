@@ -154,3 +154,26 @@ def test_the_registry_pools_run_event_loop_calls_with_the_caller_s_context():
     assert value == "from the caller"
     assert thread.startswith("bhgbrain-read")
     assert isinstance(registry.READ_POOL, LifoThreadPool) and isinstance(registry.WRITE_POOL, LifoThreadPool)
+
+
+def test_a_forked_child_starts_threads_of_its_own():
+    import os
+    import warnings
+
+    pool = LifoThreadPool(2, thread_name_prefix="test-fork")
+    try:
+        _burst(pool, 2)
+        with warnings.catch_warnings():  # Python 3.12+ warns about forking a threaded process: that is the case
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: the parent's idle threads do not exist here
+            try:
+                ok = pool.submit(lambda: 7).result(5) == 7 and pool.threads == 1
+            except BaseException:  # noqa: BLE001 - any failure is the exit status
+                ok = False
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert pool.submit(lambda: 8).result(TIMEOUT) == 8 and pool.threads == 2  # the parent's are untouched
+    finally:
+        pool.shutdown()
