@@ -284,13 +284,29 @@ def _pinned(params: BaseModel, principal: Principal, *, writes: bool) -> BaseMod
     return params.model_copy(update={"namespace": namespace})
 
 
+IDLE_CHECK_S = 30.0  # a thread's connection unused this long is checked before its next query
+_thread_calls = threading.local()  # .at: when this thread last began a call (time.monotonic)
+
+
 def drop_broken_connections() -> None:
     """Close this thread's database connections that failed and no longer answer (PostgreSQL
     restarted, say), so the next query reconnects. Django checks connections only at a request's
     start and end, in the thread that handles its signals; calls run in thread pools, whose
-    connections would otherwise stay broken until the process restarts."""
+    connections would otherwise stay broken until the process restarts.
+
+    A connection this thread has not used for ``IDLE_CHECK_S`` is checked before its next query
+    (Django's ``CONN_HEALTH_CHECKS``, on for PostgreSQL): a database, pooler or proxy that closes
+    idle connections would otherwise fail that query once. The pool keeps a light load on the
+    threads that finished last, so the others can sit idle for long (bhgbrain_site/pools.py)."""
+    now = time.monotonic()
+    idle = now - getattr(_thread_calls, "at", now) >= IDLE_CHECK_S
+    _thread_calls.at = now
     for conn in connections.all(initialized_only=True):
-        if conn.connection is None or not conn.errors_occurred or conn.in_atomic_block:
+        if conn.connection is None or conn.in_atomic_block:
+            continue
+        if idle:
+            conn.health_check_done = False  # its next cursor runs is_usable() first, if health checks are on
+        if not conn.errors_occurred:
             continue
         if conn.is_usable():
             conn.errors_occurred = False

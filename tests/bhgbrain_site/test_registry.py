@@ -85,3 +85,43 @@ def test_memory_list_expiring_within_as_a_resource_query(hash_embedder) -> None:
     for bad in ("7x", "7", "1.5d", "0h", 7):
         with pytest.raises(InvalidInput, match="expiring_within"):
             registry.call("memories.list", {"expiring_within": bad}, CLI)
+
+
+def _terminate_this_thread_s_backend() -> int:
+    """Close this thread's PostgreSQL session from the server's side, as a database, pooler or proxy
+    does with a connection left idle; returns the session's pid."""
+    import time
+
+    import psycopg
+    from django.db import connection
+
+    pid = connection.connection.info.backend_pid
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 10
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            assert time.monotonic() < deadline, "the backend did not end"
+            time.sleep(0.05)
+    return pid
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_the_database_closed_while_idle_is_replaced_before_the_next_call(monkeypatch, hash_embedder) -> None:
+    from django.db import OperationalError, connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL closes idle sessions; an SQLite connection has no server to lose")
+    remember("The idle connection marker sits in bay seven")
+    listed = {"namespace": "global", "limit": 5}
+    assert registry.call("memories.list", listed, CLI)["items"]
+
+    monkeypatch.setattr(registry, "IDLE_CHECK_S", 3600.0)  # not idle long enough: not checked
+    _terminate_this_thread_s_backend()
+    with pytest.raises(OperationalError):
+        registry.call("memories.list", listed, CLI)  # what every call after an idle kill met before
+    assert registry.call("memories.list", listed, CLI)["items"]  # the broken connection was dropped
+
+    monkeypatch.setattr(registry, "IDLE_CHECK_S", 0.0)  # every call now comes after "long" idleness
+    killed = _terminate_this_thread_s_backend()
+    assert registry.call("memories.list", listed, CLI)["items"]
+    assert connection.connection.info.backend_pid != killed
