@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,6 +58,23 @@ def _use(embedder: Any) -> None:
     embeddings.set_embedder(embedder)
     vector_index.reset_vector_index()
     reset_text_index()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pool_connections_closed_at_the_end(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """The operations' pool threads keep their database connections; closed before the test
+    database is dropped (on PostgreSQL a session still open refuses the drop)."""
+    yield
+    from django.db import connections
+
+    from bhgbrain_site import registry
+
+    with django_db_blocker.unblock():
+        for pool in (registry.READ_POOL, registry.WRITE_POOL):
+            try:
+                pool.each_thread(connections.close_all, timeout=10)
+            except Exception as exc:  # noqa: BLE001 - a thread still busy: the drop may warn, nothing fails
+                warnings.warn(f"could not close every pool thread's connection: {exc!r}", stacklevel=1)
 
 
 @pytest.fixture(autouse=True)

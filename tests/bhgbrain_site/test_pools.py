@@ -177,3 +177,17 @@ def test_a_forked_child_starts_threads_of_its_own():
         assert pool.submit(lambda: 8).result(TIMEOUT) == 8 and pool.threads == 2  # the parent's are untouched
     finally:
         pool.shutdown()
+
+
+def test_each_thread_runs_work_once_on_every_started_thread(pool):
+    assert pool.each_thread(_thread_name) == 0  # nothing started: nothing to run
+    started = set(_burst(pool, 4))
+    ran: list[str] = []
+    lock = threading.Lock()
+
+    def note() -> None:
+        with lock:
+            ran.append(threading.current_thread().name)
+
+    assert pool.each_thread(note) == 4
+    assert sorted(ran) == sorted(started)  # each thread once, none twice
