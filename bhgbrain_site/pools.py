@@ -83,23 +83,6 @@ class LifoThreadPool(Executor):
                 self._waiting.append(call)
         return future
 
-    def each_thread(self, work: Callable[[], Any], timeout: float = 30.0) -> int:
-        """Run ``work`` once on every thread started so far (each one's database connections are its
-        own: closing them is work only that thread can do); returns how many ran it. Meant for an
-        idle pool: each call waits until every thread holds one, so none takes two."""
-        count = self.threads
-        if count == 0:
-            return 0
-        gathered = threading.Barrier(count, timeout=timeout)
-
-        def once() -> None:
-            gathered.wait()
-            work()
-
-        for future in [self.submit(once) for _ in range(count)]:
-            future.result(timeout)
-        return count
-
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
             self._shutdown = True

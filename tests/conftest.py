@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -60,6 +61,24 @@ def _use(embedder: Any) -> None:
     reset_text_index()
 
 
+def each_thread(pool: Any, work: Any, timeout: float = 30.0) -> int:
+    """Run ``work`` once on every thread an idle ``LifoThreadPool`` has started (each one's database
+    connections are its own: closing them is work only that thread can do); how many ran it. Each
+    call waits until every thread holds one, so none takes two."""
+    count = pool.threads
+    if count == 0:
+        return 0
+    gathered = threading.Barrier(count, timeout=timeout)
+
+    def once() -> None:
+        gathered.wait()
+        work()
+
+    for future in [pool.submit(once) for _ in range(count)]:
+        future.result(timeout)
+    return count
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _pool_connections_closed_at_the_end(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
     """The operations' pool threads keep their database connections; closed before the test
@@ -72,7 +91,7 @@ def _pool_connections_closed_at_the_end(django_db_setup: None, django_db_blocker
     with django_db_blocker.unblock():
         for pool in (registry.READ_POOL, registry.WRITE_POOL):
             try:
-                pool.each_thread(connections.close_all, timeout=10)
+                each_thread(pool, connections.close_all, timeout=10)
             except Exception as exc:  # noqa: BLE001 - a thread still busy: the drop may warn, nothing fails
                 warnings.warn(f"could not close every pool thread's connection: {exc!r}", stacklevel=1)
 

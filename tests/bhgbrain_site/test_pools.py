@@ -9,6 +9,7 @@ import pytest
 
 from bhgbrain_site import registry
 from bhgbrain_site.pools import LifoThreadPool
+from tests.conftest import each_thread
 
 TIMEOUT = 10
 
@@ -180,7 +181,7 @@ def test_a_forked_child_starts_threads_of_its_own():
 
 
 def test_each_thread_runs_work_once_on_every_started_thread(pool):
-    assert pool.each_thread(_thread_name) == 0  # nothing started: nothing to run
+    assert each_thread(pool, _thread_name) == 0  # nothing started: nothing to run
     started = set(_burst(pool, 4))
     ran: list[str] = []
     lock = threading.Lock()
@@ -189,5 +190,5 @@ def test_each_thread_runs_work_once_on_every_started_thread(pool):
         with lock:
             ran.append(threading.current_thread().name)
 
-    assert pool.each_thread(note) == 4
+    assert each_thread(pool, note) == 4
     assert sorted(ran) == sorted(started)  # each thread once, none twice
