@@ -1,4 +1,4 @@
-"""The rejected alternative to ``memories/ann.py``: an inverted-file (IVF) index over int8 vectors.
+"""The rejected alternative to ``memories/indexes/hnsw.py``: an inverted-file (IVF) index over int8 vectors.
 
 Kept so ``bench/ann_search.py`` can measure it again (docs/performance.md, "Approximate vector
 search": on the bench's vectors the top 10 of an exact scan is spread over so many lists that an

@@ -3,7 +3,7 @@
 Builds the same memory vectors as ``bench/search_latency.py`` (sums of 1-3 cached sentence
 vectors, a third of them thread messages) and the same questions, then times per size: the exact
 float32 scan, the PCA sketch prefilter, an IVF (``bench/ann_ivf.py``, the rejected alternative)
-and the HNSW graphs of ``memories/ann.py`` (unfiltered, facts only, and a namespace holding 5 % of
+and the HNSW graphs of ``memories/indexes/hnsw.py`` (unfiltered, facts only, and a namespace holding 5 % of
 the rows). "identical" counts queries whose top-10 scores equal the exact scan's (ties between
 identical vectors make ids ambiguous). Times are per query, the exact re-score included.
 
@@ -22,8 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import numpy as np  # noqa: E402
 from search_latency import (  # noqa: E402 - also sets the BLAS thread count as the server does
     LIMIT,
@@ -33,6 +31,8 @@ from search_latency import (  # noqa: E402 - also sets the BLAS thread count as 
     make_questions,
     memory_combinations,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 Search = Callable[[np.ndarray], np.ndarray]
 KEEP = 400  # rows re-scored exactly per searched structure (SHORTLIST_MIN)
@@ -74,7 +74,7 @@ def measure(name: str, queries: np.ndarray, truth: list[np.ndarray], call: Searc
 
 
 def sketch_runs(matrix: np.ndarray, queries: np.ndarray, truth: list[np.ndarray], rng: np.random.Generator) -> list[dict]:
-    from memories.vector_index import fit_projection
+    from memories.indexes.embedded import fit_projection
 
     sample = matrix[np.sort(rng.choice(matrix.shape[0], size=min(20_000, matrix.shape[0]), replace=False))]
     projection = fit_projection(sample, matrix.shape[1] // 3, matrix.shape[0])
@@ -109,11 +109,11 @@ def ivf_runs(matrix: np.ndarray, queries: np.ndarray, truth: list[np.ndarray], r
 
 def hnsw_runs(matrix: np.ndarray, queries: np.ndarray, truth: list[np.ndarray], threaded: np.ndarray,
               minority: np.ndarray) -> list[dict]:
-    """memories/ann.py as the vector index uses it: partitions (namespace 0 or 1, fact or message)."""
-    from memories import ann
+    """memories/indexes/hnsw.py as the vector index uses it: partitions (namespace 0 or 1, fact or message)."""
+    from memories.indexes import hnsw
 
     lock = threading.RLock()
-    index = ann.AnnIndex(matrix.shape[1], lock, lambda rows: matrix[rows])
+    index = hnsw.AnnIndex(matrix.shape[1], lock, lambda rows: matrix[rows])
     started = time.perf_counter()
     with lock:
         for row in range(len(matrix)):
@@ -121,7 +121,7 @@ def hnsw_runs(matrix: np.ndarray, queries: np.ndarray, truth: list[np.ndarray], 
         for pid in range(len(index._parts)):  # noqa: SLF001 - start every build now, not on the first search
             index._start_build(pid)  # noqa: SLF001
     index.wait()
-    build = {"name": f"HNSW build (usearch i8, M={ann.CONNECTIVITY}, ef_add={ann.EXPANSION_ADD}, {index.graphs()} graphs)",
+    build = {"name": f"HNSW build (usearch i8, M={hnsw.CONNECTIVITY}, ef_add={hnsw.EXPANSION_ADD}, {index.graphs()} graphs)",
              "seconds": round(time.perf_counter() - started, 1), "peak_rss_mib": round(_peak_rss_mib())}
     print(json.dumps(build), flush=True)
     runs: list[dict] = [build]
@@ -143,7 +143,7 @@ def hnsw_runs(matrix: np.ndarray, queries: np.ndarray, truth: list[np.ndarray], 
                                          (1, False, "5 % namespace")):
         allowed = (minority if namespace else ~minority) & (~threaded if facts_only else everywhere)
         filtered = [exact_top(matrix, q, allowed) for q in queries]
-        runs.append(measure(f"HNSW ef={ann.EXPANSION_SEARCH} + re-score {KEEP}/graph, {label}", queries, filtered,
+        runs.append(measure(f"HNSW ef={hnsw.EXPANSION_SEARCH} + re-score {KEEP}/graph, {label}", queries, filtered,
                             searcher(namespace, facts_only)))
     del truth
     return runs

@@ -34,11 +34,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
-
 import search_latency as lat  # noqa: E402 - bulk loading, Django set-up and machine facts are shared
 from machine import load_average  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 MODES = ("fulltext", "semantic", "hybrid")
 
@@ -81,7 +81,7 @@ def measure(job: dict) -> dict:
     django.setup()
     lat.search_call(job["questions"][0], job["namespaces"][0], "hybrid")
     opened = time.perf_counter() - started
-    from search.text_index import text_index_loaded
+    from search.bm25.text_index import text_index_loaded
 
     result = {"open_s": opened, "text_index_loaded": text_index_loaded()}
     for mode in MODES:
@@ -97,7 +97,7 @@ def fill_qdrant(home: Path) -> tuple[int, float]:
             "from memories.models import VectorChange;"
             # bulk_load writes no feed rows: one RESET makes the sync push every live memory
             "VectorChange.objects.create(memory_id=uuid.UUID(int=0), op=VectorChange.Op.RESET);"
-            "from memories.vector_index import get_vector_index; i=get_vector_index(); t=time.perf_counter(); i.sync();"
+            "from memories.indexes.embedded import get_vector_index; i=get_vector_index(); t=time.perf_counter(); i.sync();"
             "c=i.client(); n=sum(c.count(x, exact=True).count for x in i.collections(fresh=True));"
             "print(json.dumps([n, time.perf_counter()-t]))")
     env = {**os.environ, "BHGBRAIN_CONFIG": str(home / "config-qdrant.json")}

@@ -2,7 +2,7 @@
 
 For each store size the store is bulk-loaded like bench/search_latency.py (real e5 sentence
 vectors, cached), then ``--runs`` backups are created and restored through the product's
-services (``retention.backup_export`` and ``retention.backup_import``). It prints p50/max seconds, throughput (memories/s), the file
+services (``retention.backups.create`` and ``retention.backups.restore``). It prints p50/max seconds, throughput (memories/s), the file
 size, and the first search after a restore (the indexes reload from the change feed's reset).
 
 Usage (from the repository root)::
@@ -21,11 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
-
 import search_latency as lat  # noqa: E402 - bulk loading, Django set-up and machine facts are shared
 from machine import load_average, memory_snapshot  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 
 def parse_args() -> argparse.Namespace:
@@ -45,16 +45,16 @@ def _timed(call) -> tuple[float, object]:  # noqa: ANN001
 
 
 def run_size(size: int, args: argparse.Namespace, sentences: list[str], vectors, embedder) -> None:  # noqa: ANN001
-    from retention import backup_export, backup_import
+    from retention.backups import create, restore
 
     lat.bulk_load(size, ["global"], sentences, vectors, embedder, args.seed)
     creates, restores, firsts, sizes = [], [], [], []
     question = lat.make_questions(1, random.Random(args.seed))[0]
     for _ in range(args.runs):
-        seconds, info = _timed(lambda: backup_export.backup_create(actor="bench"))
+        seconds, info = _timed(lambda: create.backup_create(actor="bench"))
         creates.append(seconds)
         sizes.append(info.size_bytes)
-        seconds, _ = _timed(lambda path=info.path: backup_import.backup_restore(path=path, actor="bench"))
+        seconds, _ = _timed(lambda path=info.path: restore.backup_restore(path=path, actor="bench"))
         restores.append(seconds)
         seconds, _ = _timed(lambda: lat.search_call(question, "global", "hybrid"))
         firsts.append(seconds)

@@ -27,14 +27,15 @@ import sys
 import time
 from pathlib import Path
 
+from machine import mapped_file_rss_mib, proc_status_mib  # noqa: E402
+
+import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
-
 # isort: split
-from machine import mapped_file_rss_mib, proc_status_mib  # noqa: E402
 
 MODES = ("fulltext", "semantic", "hybrid")
 LIMIT = 10
@@ -52,8 +53,8 @@ def cold_start(namespace: str, question: str, snapshots: bool, serve: int = 0, t
     setup_ms = (time.perf_counter() - started) * 1e3
 
     from memories.embeddings import get_embedder
-    from memories.vector_index import get_vector_index
-    from search import text_index
+    from memories.indexes.embedded import get_vector_index
+    from search.bm25 import text_index
     from search.selectors import memories_search
 
     t0 = time.perf_counter()

@@ -25,11 +25,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
-
 import search_latency as lat  # noqa: E402 - Django set-up and the database choice are shared
 from machine import load_average  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 CHUNK = 5000
 WORDS = ("alpha", "build", "cloud", "deploy", "edge", "infra", "network", "release", "staging", "vpn")
@@ -50,8 +50,8 @@ def _load(size: int, namespaces: list[str], tags: list[str], rng: random.Random)
     from django.db import transaction
     from django.utils import timezone
 
+    from memories.indexes.tag_index import TagIndexer
     from memories.models import Collection, Memory
-    from memories.tag_index import TagIndexer
 
     now = timezone.now()
     Collection.objects.bulk_create([Collection(namespace=ns, name=f"{WORDS[i]}-notes", embedding_model="none",

@@ -26,11 +26,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
-
 import search_latency as lat  # noqa: E402 - bulk loading, Django set-up and machine facts are shared
 from machine import load_average  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 TIER_SHARES = (("T0", 2), ("T1", 15), ("T2", 60), ("T3", 23))
 CHUNK = 5000
@@ -51,7 +51,7 @@ def parse_args() -> argparse.Namespace:
 def _shape_memory(memory, rng: random.Random, now) -> None:  # noqa: ANN001
     from django.conf import settings
 
-    from memories.tiers import tier_metadata
+    from memories.pipeline.tiers import tier_metadata
 
     memory.created_at = memory.updated_at = now - timedelta(days=rng.random() * 60)
     tier = rng.choices([t for t, _ in TIER_SHARES], [w for _, w in TIER_SHARES])[0]

@@ -29,12 +29,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
-
 import search_latency as lat  # noqa: E402 - the store set-up, loaders and machine facts are shared
 from load import percentiles  # noqa: E402
 from machine import load_average  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 STEPS = ("flush", "vector catch-up", "text catch-up", "full-text after", "full-text steady",
          "semantic after", "semantic steady")
@@ -64,9 +64,9 @@ def run(args: argparse.Namespace, store: lat.BenchStore) -> dict[str, list[float
     from django.utils import timezone
 
     from memories import access
+    from memories.indexes.embedded import get_vector_index
     from memories.models import Memory
-    from memories.vector_index import get_vector_index
-    from search import text_index
+    from search.bm25 import text_index
 
     settings.BHGBRAIN_ACCESS_FLUSH_THREAD = False  # the searches' own accesses are dropped, not flushed meanwhile
     namespaces = lat.namespaces_for(args.size, args.namespaces)

@@ -52,8 +52,8 @@ def write_snapshots(home: Path, namespace: str = "global") -> float:
     with the vector graphs a large search in ``namespace`` builds (without this, the first
     sessions load the indexes from the database and may end before their background snapshot
     write does, and every process builds the same graphs). Seconds spent."""
-    from memories.vector_index import EmbeddedVectorIndex, get_vector_index
-    from search import text_index
+    from memories.indexes.embedded import EmbeddedVectorIndex, get_vector_index
+    from search.bm25 import text_index
     from search.selectors import memories_search
 
     started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Which thread serves a call: the stdlib pool against the operations' pool (bhgbrain_site/pools.py).
+"""Which thread serves a call: the stdlib pool against the operations' pool (bhgbrain_site/core/pools.py).
 
 A server runs every operation in a pool of 12 threads, each with its own database connection.
 Once a burst of concurrent calls has started them all, ``concurrent.futures.ThreadPoolExecutor``
@@ -23,13 +23,13 @@ from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
-
 import search_latency as lat  # noqa: E402 - the store set-up, loaders and machine facts are shared
 from load import percentiles  # noqa: E402
 from machine import load_average  # noqa: E402
 from mcp_initialize import write_snapshots  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 THREADS = 12  # the server's read pool
 
@@ -46,7 +46,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def _pools() -> dict[str, Executor]:
-    from bhgbrain_site.pools import LifoThreadPool
+    from bhgbrain_site.core.pools import LifoThreadPool
 
     return {"ThreadPoolExecutor": ThreadPoolExecutor(THREADS, thread_name_prefix="stdlib"),
             "LifoThreadPool": LifoThreadPool(THREADS, thread_name_prefix="lifo")}

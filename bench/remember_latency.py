@@ -1,6 +1,6 @@
 """Latency of the ``remember`` write path with the real default embedding model.
 
-Calls ``memories.services.memory_remember`` on a warm process with a throwaway store. It prints:
+Calls ``memories.remember.memory_remember`` on a warm process with a throwaway store. It prints:
 
 * the model load time (the first ``embed_passage`` after ``get_embedder()``) and the process RSS;
 * p50/p95/p99/mean latency and throughput for
@@ -42,13 +42,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from machine import MemorySnapshot, cpu_model, load_average, memory_snapshot, package_version, usable_cpus  # noqa: E402
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 if TYPE_CHECKING:
     from memories.embeddings import Embedder
-    from memories.services import RememberResult
+    from memories.remember import RememberResult
 
 NAMESPACE = "global"
 COLLECTION = "general"
@@ -62,9 +64,6 @@ MAX_FILL_FACTOR = 3  # (a) gives up after N * 3 calls if merges keep the store f
 
 
 # --------------------------------------------------------------------------- CLI
-
-
-from machine import MemorySnapshot, cpu_model, load_average, memory_snapshot, package_version, usable_cpus  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -234,7 +233,7 @@ def _fill(template: str, rng: random.Random) -> str:
 
 def sentence_stream(rng: random.Random, exclude: Iterable[str] = ()) -> Iterator[str]:
     """Endless distinct sentences of MIN_WORDS..MAX_WORDS words; the same seed gives the same stream."""
-    from memories.normalize import find_secret
+    from memories.pipeline.normalize import find_secret
 
     seen = set(exclude)
     while True:
@@ -424,7 +423,7 @@ def timed_calls(
 
 
 def remember(content: str) -> RememberResult:
-    from memories.services import RememberInput, memory_remember
+    from memories.remember import RememberInput, memory_remember
 
     data = RememberInput(content=content, namespace=NAMESPACE, collection=COLLECTION)
     return memory_remember(data=data, actor=ACTOR)

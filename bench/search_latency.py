@@ -4,7 +4,7 @@ For every store size N it prints p50/p95/p99/mean latency and throughput of
 
 1. full-text search, 2. semantic search (query embedding included), 3. hybrid search, all through
    ``search.selectors.memories_search(mode=..., limit=10)`` with natural-language questions, and
-4. ``memories.services.memory_remember`` with new distinct sentences on a store of that size,
+4. ``memories.remember.memory_remember`` with new distinct sentences on a store of that size,
 
 plus a per-step split of each search mode (query embedding, vector search, FTS query, row loading),
 the first search of each mode after a cold vector index, the bulk-load time and the process RSS, and the
@@ -51,14 +51,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+import numpy as np  # noqa: E402
+from machine import cpu_model, load_average, memory_snapshot, package_version, python_speed_ms, usable_cpus  # noqa: E402
+
+import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
-
 # isort: split
-import numpy as np  # noqa: E402
 
 if TYPE_CHECKING:
     from memories.embeddings import Embedder
@@ -78,9 +80,6 @@ SENTENCES_PER_MEMORY = ((1, 0.35), (2, 0.45), (3, 0.20))  # (sentences joined, p
 
 
 # --------------------------------------------------------------------------- CLI
-
-
-from machine import cpu_model, load_average, memory_snapshot, package_version, python_speed_ms, usable_cpus  # noqa: E402
 
 
 def _sizes(text: str) -> list[int]:
@@ -387,7 +386,7 @@ def _sentence(rng: random.Random) -> str:
 
 def make_sentences(count: int, rng: random.Random, exclude: Iterable[str] = ()) -> list[str]:
     """``count`` distinct sentences of MIN_WORDS..MAX_WORDS words, none of them in ``exclude``."""
-    from memories.normalize import find_secret
+    from memories.pipeline.normalize import find_secret
 
     seen, out = set(exclude), []
     while len(out) < count:
@@ -548,8 +547,8 @@ def wipe_store() -> None:
     """Empty the memory tables between sizes (the next size starts from an empty store)."""
     from django.db import connection, transaction
 
+    from memories.indexes.embedded import reset_vector_index
     from memories.models import AuditLog, Collection, Memory, MemoryRevision, VectorChange
-    from memories.vector_index import reset_vector_index
 
     fts_table = "memories_fts" if connection.vendor == "sqlite" else "memory_search"
     tables = [fts_table] + [m._meta.db_table for m in (Memory, Collection, MemoryRevision, AuditLog, VectorChange)]
@@ -559,7 +558,7 @@ def wipe_store() -> None:
     reset_vector_index()
     # The tables were emptied around the write funnel (no RESET in the feed): the last size's
     # index snapshots would pass for this store's.
-    from memories.snapshots import directory
+    from memories.indexes.snapshots import directory
 
     shutil.rmtree(directory(), ignore_errors=True)
 
@@ -589,12 +588,12 @@ def _unit_sum(vectors: np.ndarray, combo: tuple[int, ...]) -> np.ndarray:
 
 
 def row_builder(embedder: Embedder, now: datetime) -> Callable[[str, np.ndarray, str, random.Random], Memory]:
-    """Builds Memory rows with the fields ``memories.services._insert`` sets for a CLI write (tier T2)."""
+    """Builds Memory rows with the fields ``memories.remember._insert`` sets for a CLI write (tier T2)."""
     from django.conf import settings
 
-    from memories import normalize, tiers
     from memories.embeddings import to_bytes
     from memories.models import Memory, Operation
+    from memories.pipeline import normalize, tiers
 
     meta = tiers.tier_metadata("T2", anchor=now, ttl=settings.BHGBRAIN.retention.tier_ttl)
     device_id = settings.BHGBRAIN_DEVICE_ID
@@ -687,7 +686,7 @@ def _planner_statistics() -> None:
     """PostgreSQL: ANALYZE after the bulk load, as autovacuum would have on a server that runs it
     (the development and CI servers do not: with the statistics of an empty table the planner
     took a 100k-row bitmap scan for the hand-off's newest memories, 240 ms instead of 0.8).
-    SQLite's statistics are kept by the product itself (bhgbrain_site/sqlite_wal.py)."""
+    SQLite's statistics are kept by the product itself (bhgbrain_site/core/sqlite_upkeep.py)."""
     from django.db import connection
 
     if connection.vendor == "postgresql":
@@ -738,7 +737,7 @@ def search_steps() -> list[StepTarget]:
     (``_query``), overlapping a hybrid search's full-text step, so a hybrid call's steps can add up
     to more than the call itself ("other" is then negative)."""
     from memories.embeddings import get_embedder
-    from memories.vector_index import get_vector_index
+    from memories.indexes.embedded import get_vector_index
     from search import fulltext, selectors
 
     embedder = get_embedder()
@@ -751,7 +750,7 @@ def search_steps() -> list[StepTarget]:
 
 def remember_steps() -> list[StepTarget]:
     from memories.embeddings import get_embedder
-    from memories.vector_index import get_vector_index
+    from memories.indexes.embedded import get_vector_index
     from search import fulltext
 
     return [
@@ -832,7 +831,7 @@ def search_call(query: str, namespace: str, mode: str) -> int:
 
 def remember_call(text: str, namespace: str) -> str:
     """One remember through the product service; returns its operation (ADD, UPDATE or NOOP)."""
-    from memories.services import RememberInput, memory_remember
+    from memories.remember import RememberInput, memory_remember
 
     data = RememberInput(content=text, namespace=namespace, collection=COLLECTION)
     return memory_remember(data=data, actor=ACTOR).operation
@@ -869,7 +868,7 @@ def time_messages(texts: Sequence[str], namespaces: Sequence[str]) -> Phase:
     """Threaded remembers: each a new message at the end of one of the bulk-loaded threads."""
     from django.utils import timezone
 
-    from memories.services import RememberInput, memory_remember
+    from memories.remember import RememberInput, memory_remember
 
     def call(i: int) -> str:
         data = RememberInput(content=texts[i], namespace=namespaces[i % len(namespaces)], collection=COLLECTION,
@@ -893,9 +892,8 @@ def time_handoffs(namespaces: Sequence[str], calls: int = 100) -> Phase:
 
 def append_throughput(texts: Sequence[str], namespace: str, embedder: Embedder, batch: int = 100) -> dict[str, float]:
     """thread_append in batches of ``batch`` messages against the model embedding the same passages."""
-    from memories.messages import thread_append
-    from memories.services import RememberInput
-    from memories.threads import embedding_text
+    from memories.conversations import embedding_text
+    from memories.remember import RememberInput, thread_append
 
     passages = [embedding_text(text, texts[i - 1:i]) for i, text in enumerate(texts)]
     t0 = time.perf_counter()
@@ -921,19 +919,19 @@ def warm_up(mode: str, questions: Sequence[str], namespaces: Sequence[str]) -> N
 
 def settle_text_index() -> None:
     """Wait, as a process serving for a few seconds would have, for the text index's statistics
-    primer and the compiled scorer it then loads on a large index (search/bm25_compiled.py)."""
-    from search import bm25_compiled, text_index
+    primer and the compiled scorer it then loads on a large index (search/bm25/compiled.py)."""
+    from search.bm25 import compiled, text_index
 
     primer = getattr(text_index._index, "primer", None)  # noqa: SLF001 - the process's own text index
     if primer is not None:
         primer.join()
-    bm25_compiled.wait(120)
+    compiled.wait(120)
 
 
 def first_searches(question: str, namespace: str) -> dict[str, float]:
     """Each mode's first search after both indexes were reset (each includes its index's load)."""
-    from memories.vector_index import reset_vector_index
-    from search.text_index import reset_text_index
+    from memories.indexes.embedded import reset_vector_index
+    from search.bm25.text_index import reset_text_index
 
     reset_vector_index()
     reset_text_index()
@@ -947,8 +945,8 @@ def first_searches(question: str, namespace: str) -> dict[str, float]:
 
 def settle_snapshots() -> None:
     """Wait for the snapshots this process's indexes write in the background after their load."""
-    from memories.vector_index import get_vector_index
-    from search import text_index
+    from memories.indexes.embedded import get_vector_index
+    from search.bm25 import text_index
 
     for index in (get_vector_index(), text_index._index):  # noqa: SLF001 - the process's own text index
         keeper = getattr(index, "snapshot_keeper", None)
@@ -1001,7 +999,7 @@ def sketch_agreement(questions: Sequence[str], namespaces: Sequence[str], embedd
     """How close the vector index's top 10 (sketch prefilter on large namespaces) is to an exact scan."""
     from django.utils import timezone
 
-    from memories.vector_index import EmbeddedVectorIndex, get_vector_index
+    from memories.indexes.embedded import EmbeddedVectorIndex, get_vector_index
 
     index = get_vector_index()
     assert isinstance(index, EmbeddedVectorIndex)
@@ -1019,9 +1017,9 @@ def sketch_agreement(questions: Sequence[str], namespaces: Sequence[str], embedd
 
 
 def graph_build_seconds() -> float:
-    """Wait for the vector graphs the first searches started building (memories/ann.py): the timed
+    """Wait for the vector graphs the first searches started building (memories/indexes/hnsw.py): the timed
     phases then measure the steady state. Returns the seconds waited."""
-    from memories.vector_index import EmbeddedVectorIndex, get_vector_index
+    from memories.indexes.embedded import EmbeddedVectorIndex, get_vector_index
 
     index = get_vector_index()
     started = time.perf_counter()
@@ -1031,11 +1029,11 @@ def graph_build_seconds() -> float:
 
 
 def fulltext_scorer() -> str:
-    """Which BM25 scorer served the long full-text queries: "compiled" (search/bm25_compiled.py,
+    """Which BM25 scorer served the long full-text queries: "compiled" (search/bm25/compiled.py,
     from MIN_POSTINGS postings on) or "numpy" (a small store, or numba unavailable)."""
-    from search import bm25_compiled
+    from search.bm25 import compiled
 
-    return "compiled" if bm25_compiled.ready() is not None else "numpy"
+    return "compiled" if compiled.ready() is not None else "numpy"
 
 
 def live_count() -> int:
@@ -1056,9 +1054,9 @@ def run_size(size: int, args: argparse.Namespace, work: Workload, embedder: Embe
     print(f"[size {size}] cold start: a new process, with and without the index snapshots", file=sys.stderr)
     cold = cold_starts(work.warmup_questions[1], namespaces[0])
 
-    from search.services import settle_heap
+    from bhgbrain_site.server.warmup import settle_heap
 
-    settle_heap()  # as a serving process does once warm (search/services.py)
+    settle_heap()  # as a serving process does once warm (bhgbrain_site/server/warmup.py)
     phases: dict[str, Phase] = {}
     for mode in MODES:
         print(f"[size {size}] {mode}: {WARMUP} warm-up + {len(work.questions)} timed queries", file=sys.stderr)
@@ -1149,7 +1147,7 @@ def print_size(result: dict[str, Any]) -> None:
         print(f"  {label:<38} {cells}  RSS {_fmt(cold['rss_mib'], '.0f')} MiB (private "
               f"{_fmt(cold['rss_anon_mib'], '.0f')}); model load {cold['model_load_ms']:.0f} ms apart")
     print(f"  vector graphs built in the background  {result['graph_build_wait_s']:.1f} s waited before the timed phases")
-    print(f"  full-text scorer                       {result['fulltext_scorer']} (search/bm25_compiled.py)")
+    print(f"  full-text scorer                       {result['fulltext_scorer']} (search/bm25/compiled.py)")
     agree = result["vector_top10_vs_exact"]
     print(f"  vector top {LIMIT} vs exact scan           same {LIMIT} scores in {agree['identical']}/{agree['queries']} queries, "
           f"worst k-th score gap {agree['worst_gap']:.4f}")

@@ -1,6 +1,6 @@
 """Secret detection: detection and false-positive rates per category, and time per KB.
 
-Runs ``memories.normalize.find_secret`` on normalised text, as the write path does, over the
+Runs ``memories.pipeline.normalize.find_secret`` on normalised text, as the write path does, over the
 generated corpus of ``tests/secrets_corpus.py`` (fake credentials in real formats and hard
 innocent text, fixed seed), and prints:
 
@@ -31,14 +31,14 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
-
 from machine import cpu_model, load_average, usable_cpus  # noqa: E402
 from search_latency import product_revision  # noqa: E402
 
-from memories import normalize  # noqa: E402
+from memories.pipeline import normalize
 from tests.secrets_corpus import SEED, Sample, corpus, overall, score  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 DOC_BYTES = 1024
 
@@ -47,13 +47,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--seed", type=int, default=SEED, help="corpus seed (default: the tests' seed)")
     parser.add_argument("--rounds", type=int, default=15, help="timing rounds after one warm-up; the best is kept")
-    parser.add_argument("--baseline", metavar="REV", help="also measure memories/normalize.py at this git revision")
+    parser.add_argument("--baseline", metavar="REV", help="also measure memories/pipeline/normalize.py at this git revision")
     return parser.parse_args(argv)
 
 
 def detector_at(revision: str) -> ModuleType:
-    """memories/normalize.py as it was at a git revision, loaded as a separate module."""
-    source = subprocess.run(["git", "show", f"{revision}:memories/normalize.py"], cwd=REPO_ROOT,
+    """memories/pipeline/normalize.py as it was at a git revision, loaded as a separate module."""
+    source = subprocess.run(["git", "show", f"{revision}:memories/pipeline/normalize.py"], cwd=REPO_ROOT,
                             capture_output=True, text=True, check=True).stdout
     path = Path(tempfile.mkdtemp()) / "normalize_baseline.py"
     path.write_text(source)
@@ -118,9 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     print("# Secret detection")
     print(f"\ncpu: {cpu_model()}, {usable_cpus()} usable; load average {load_average()}; "
           f"python {platform.python_version()}; product {product_revision()}; corpus seed {args.seed}")
-    report("memories.normalize (this checkout)", normalize, samples, args.rounds)
+    report("memories.pipeline.normalize (this checkout)", normalize, samples, args.rounds)
     if args.baseline:
-        report(f"memories/normalize.py at {args.baseline}", detector_at(args.baseline), samples, args.rounds)
+        report(f"memories/pipeline/normalize.py at {args.baseline}", detector_at(args.baseline), samples, args.rounds)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 For each size the SQLite store is bulk-loaded like bench/search_latency.py (real e5 sentence
 vectors, cached; a tenth of the memories are messages of threads, over two namespaces), then
-migrated through the product's own entry point (``bhgbrain_site.store_migration.store_migrate``:
+migrated through the product's own entry point (``bhgbrain_site.cli.store_migrate.store_migrate``:
 the child process, the copy through the write funnel, the verification and the search sample)
 into a new PostgreSQL database; with ``--qdrant`` a second run goes to PostgreSQL + Qdrant's
 local mode. It prints the seconds, memories/s, whether the verification passed and the load average.
@@ -21,11 +21,11 @@ import time
 import uuid
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
-
 import search_latency as lat  # noqa: E402 - bulk loading, Django set-up and machine facts are shared
 from machine import load_average  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 SERVER = "postgresql://postgres@127.0.0.1:5432"
 
@@ -52,7 +52,7 @@ def _database(action: str, name: str) -> None:
 
 
 def migrate_once(size: int, args: argparse.Namespace, home: Path, qdrant: bool) -> None:
-    from bhgbrain_site.store_migration import store_migrate
+    from bhgbrain_site.cli.store_migrate import store_migrate
 
     name = f"bench_migrate_{uuid.uuid4().hex[:10]}"
     _database("CREATE", name)

@@ -1,4 +1,4 @@
-"""The in-process BM25 index (search/text_index.py) at scale, without a database.
+"""The in-process BM25 index (search/bm25/text_index.py) at scale, without a database.
 
 Fills a ``TextIndex`` directly with the contents ``bench/search_latency.py`` stores (1-3 of
 its generated sentences per memory, analysed by the product's analyzer; a third are thread
@@ -23,16 +23,16 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np  # noqa: E402
+
+import bhgbrain_site  # noqa: E402,F401 - one BLAS thread, as the server
+from search.bm25.compiled import MIN_POSTINGS as DEFAULT_MIN_POSTINGS  # noqa: E402
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bhgbrain_site.settings")
 
-import bhgbrain_site  # noqa: E402,F401 - one BLAS thread, as the server
-
 # isort: split
-import numpy as np  # noqa: E402
-
-from search.bm25_compiled import MIN_POSTINGS as DEFAULT_MIN_POSTINGS  # noqa: E402
 
 
 def _percentile(values: list[float], pct: int) -> float:
@@ -73,9 +73,9 @@ def reference(index, terms: list[str], namespace: str, now: float, limit: int) -
 def build(size: int, seed: int):  # noqa: ANN201
     import search_latency as sl
 
-    from memories.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B
-    from memories.text import analyze
-    from search.text_index import TextIndex
+    from memories.analyzer import analyze
+    from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B
+    from search.bm25.text_index import TextIndex
 
     rng = random.Random(seed)
     sentences = [" ".join(analyze(text)) for text in sl.make_sentences(3000, rng)]
@@ -92,17 +92,17 @@ def build(size: int, seed: int):  # noqa: ANN201
 def run_size(size: int, seed: int, limit: int, scorer: str) -> dict[str, object]:
     from datetime import UTC, datetime
 
-    from memories.text import analyze_query
-    from search import bm25_compiled
+    from memories.analyzer import analyze_query
+    from search.bm25 import compiled
 
     index, questions, load_s = build(size, seed)
     now = datetime.now(UTC)
     queries = [analyze_query(q) for q in questions]
     if scorer == "numpy":
-        bm25_compiled.MIN_POSTINGS = 1 << 62  # never the kernels
+        compiled.MIN_POSTINGS = 1 << 62  # never the kernels
     else:  # the product's choice: the kernels for queries of MIN_POSTINGS postings or more
-        bm25_compiled.MIN_POSTINGS = DEFAULT_MIN_POSTINGS
-        if bm25_compiled.load_now() is None:
+        compiled.MIN_POSTINGS = DEFAULT_MIN_POSTINGS
+        if compiled.load_now() is None:
             raise SystemExit("the compiled scorer is unavailable (is numba installed?)")
     for terms in queries[:20]:
         index._score(terms, "global", None, now, limit)  # noqa: SLF001
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--limit", type=int, default=10)
     parser.add_argument("--scorer", choices=("both", "numpy", "compiled"), default="both",
-                        help="numpy's MaxScore, the compiled scorer as the product uses it (search/bm25_compiled.py), "
+                        help="numpy's MaxScore, the compiled scorer as the product uses it (search/bm25/compiled.py), "
                         "or both in turn on the same index; default both")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

@@ -79,9 +79,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
-
 import httpx  # noqa: E402
 import search_latency as lat  # noqa: E402 - store set-up, questions and machine facts are shared
 import ts_mcp  # noqa: E402
@@ -90,6 +87,9 @@ from load import CallFailed, http_transport, mcp_session_calls, percentiles  # n
 from machine import load_average  # noqa: E402
 from mcp_initialize import server_rss_mib, stdio_parameters, stdio_pids, write_snapshots  # noqa: E402
 from workers_load import preload_store, rss_mib, start_server, stop_server  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 RESULTS = REPO_ROOT / "bench" / "results"
 PY_CLIENT = REPO_ROOT / "bench" / "mcp_py_client.py"
@@ -610,7 +610,7 @@ async def measure(args: argparse.Namespace, size: int, url: str, server_pid: int
         clients = await open_clients(stack, args, url, config, namespace, errlog)
         for mode in args.modes:  # in-process warm-up: this process's indexes and model
             await asyncio.to_thread(thread_cell, in_process_call(namespace, mode), warm_questions, 1)
-        from search.services import settle_heap
+        from bhgbrain_site.server.warmup import settle_heap
 
         settle_heap()  # as every serving process does once warm: the baseline pays no other collector
         warm_s = await warm(clients, remote, args.modes, warm_questions)
@@ -726,8 +726,8 @@ def run_size(args: argparse.Namespace, home: Path, size: int, first: bool) -> di
     from django.db import connections
 
     from memories.embeddings import get_embedder, set_embedder
-    from memories.vector_index import reset_vector_index
-    from search.text_index import reset_text_index
+    from memories.indexes.embedded import reset_vector_index
+    from search.bm25.text_index import reset_text_index
 
     if not first:
         lat.wipe_store()

@@ -91,7 +91,7 @@ def start_server(home: Path, workers: int, env: dict[str, str], *,
                  scheduler: bool = False) -> tuple[subprocess.Popen[bytes], str]:
     """A real ``bhgbrain server start`` in its own process group (stop it with :func:`stop_server`)."""
     port = free_port()
-    command = [sys.executable, "-m", "bhgbrain_site.cli", f"--config={home / 'config.json'}", "server", "start",
+    command = [sys.executable, "-m", "bhgbrain_site.cli.main", f"--config={home / 'config.json'}", "server", "start",
                f"--port={port}", f"--workers={workers}"] + ([] if scheduler else ["--no-scheduler"])
     log_path = home / f"server-{workers}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the server

@@ -5,19 +5,18 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from django.conf import settings  # noqa: E402 - needs the app registry
 from django.core.asgi import get_asgi_application
+
+from bhgbrain_site.core.errors import AuthRequired  # noqa: E402
+from bhgbrain_site.server import asgi_routes
+from bhgbrain_site.server.security import authenticate_scope, http_guard, is_loopback, respond_error  # noqa: E402
+from bhgbrain_site.server.views import health_snapshots  # noqa: E402
+from mcp_bridge.server import PRINCIPAL_SCOPE_KEY, build_server  # noqa: E402
+from mcp_bridge.streamable_http import http_app  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bhgbrain_site.settings")
 django_app = get_asgi_application()
-
-from django.conf import settings  # noqa: E402 - needs the app registry
-
-from bhgbrain_site import fast_http  # noqa: E402
-from bhgbrain_site.errors import AuthRequired  # noqa: E402
-from bhgbrain_site.http import health_snapshots  # noqa: E402
-from bhgbrain_site.security import authenticate_scope, http_guard, is_loopback, respond_error  # noqa: E402
-from mcp_bridge.events import http_app  # noqa: E402
-from mcp_bridge.server import PRINCIPAL_SCOPE_KEY, build_server  # noqa: E402
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -31,7 +30,7 @@ def _mcp_app() -> Any:
     security = None if is_loopback(host) else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     # MCP sessions live in the process that opened them; with several workers the next request
     # may reach another one, so each request stands alone (every tool call carries its caller):
-    # no sessions, no subscriptions, no resumable streams (mcp_bridge/events.py).
+    # no sessions, no subscriptions, no resumable streams (mcp_bridge/streamable_http.py).
     sessions = settings.BHGBRAIN_WORKERS == 1
     return http_app(build_server("http", sessions=sessions), sessions=sessions, host=host,
                     transport_security=security, max_request_body_size=settings.BHGBRAIN.security.max_request_size_bytes)
@@ -60,7 +59,7 @@ async def _route(scope: Scope, receive: Receive, send: Send) -> None:
             return
         await mcp_app(scope, receive, send)
         return
-    if scope["type"] == "http" and await fast_http.handle(scope, receive, send):
+    if scope["type"] == "http" and await asgi_routes.handle(scope, receive, send):
         return
     await django_app(scope, receive, send)
 

@@ -29,53 +29,14 @@ from urllib.parse import parse_qs, urlsplit
 from django.db import connections
 from pydantic import BaseModel, ValidationError
 
-from bhgbrain_site.contracts import ERROR_ECHO_MAX, RESOURCES, TOOLS
-from bhgbrain_site.errors import DomainError, Forbidden, InvalidInput, NotFound, describe_validation_error, storage_reason
-from bhgbrain_site.inputs import check_storable
-from bhgbrain_site.metrics import metrics
-from bhgbrain_site.pools import LifoThreadPool
+from bhgbrain_site.core.calls import CallContext, Principal
+from bhgbrain_site.core.contracts import ERROR_ECHO_MAX, RESOURCES, TOOLS
+from bhgbrain_site.core.errors import DomainError, Forbidden, InvalidInput, NotFound, describe_validation_error, storage_reason
+from bhgbrain_site.core.inputs import check_storable
+from bhgbrain_site.core.metrics import metrics
+from bhgbrain_site.core.pools import LifoThreadPool
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who may do what: every namespace (``namespaces`` None) or a set, optionally read-only."""
-
-    name: str
-    namespaces: frozenset[str] | None
-    read_only: bool = False
-
-    def default_namespace(self, configured: str) -> str:
-        """The configured default, unless this principal may not use it: then its first namespace."""
-        if self.namespaces is None or configured in self.namespaces or not self.namespaces:
-            return configured
-        return sorted(self.namespaces)[0]
-
-    def check(self, namespace: str, *, writes: bool) -> None:
-        if self.namespaces is not None and namespace not in self.namespaces:
-            raise Forbidden(f'This token may not access namespace "{namespace}"')
-        if writes and self.read_only:
-            raise Forbidden("This token is read-only")
-
-
-FULL_ACCESS = Principal(name="full", namespaces=None)
-
-
-# A long operation's progress report: (stage, done, total or None when unknown). Services take
-# one as an optional ``progress`` argument and call it; only an interface decides how to show
-# it (the CLI draws a bar on a terminal), so services stay free of UI.
-Progress = Callable[[str, int, int | None], None]
-
-
-@dataclass(frozen=True)
-class CallContext:
-    """Who is calling: ``actor`` for the audit log (``client_id``), ``principal`` for access,
-    ``progress`` for long operations (None: nobody watches)."""
-
-    actor: str
-    principal: Principal = FULL_ACCESS
-    progress: Progress | None = None
 
 
 Handler = Callable[[Any, CallContext], dict[str, Any]]
@@ -202,7 +163,7 @@ def get_operation(name: str) -> Operation:
 # the write lock) queue in their own pool, so a burst of writes never holds every thread while
 # a search waits for one. Each thread keeps its database connection between calls (no
 # connection set-up per call); :func:`call` drops one that broke. The thread that finished last
-# takes the next call (bhgbrain_site/pools.py), so a light load keeps one thread's caches warm.
+# takes the next call (bhgbrain_site/core/pools.py), so a light load keeps one thread's caches warm.
 READ_POOL = LifoThreadPool(12, thread_name_prefix="bhgbrain-read")
 WRITE_POOL = LifoThreadPool(12, thread_name_prefix="bhgbrain-write")
 
@@ -240,14 +201,14 @@ def operations() -> list[Operation]:
 
 
 def tools() -> list[Operation]:
-    """The tools, in the seed's order (bhgbrain_site.contracts.TOOLS)."""
+    """The tools, in the seed's order (bhgbrain_site.core.contracts.TOOLS)."""
     _load()
     order = {name: position for position, name in enumerate(TOOLS)}
     return sorted((op for op in _operations.values() if op.tool), key=lambda op: order.get(op.name, len(order)))
 
 
 def resources() -> list[Resource]:
-    """The resources, in the seed's order (bhgbrain_site.contracts.RESOURCES)."""
+    """The resources, in the seed's order (bhgbrain_site.core.contracts.RESOURCES)."""
     _load()
     order = {uri: position for position, uri in enumerate(RESOURCES)}
     return sorted(_resources, key=lambda r: order.get(r.uri, len(order)))
@@ -297,7 +258,7 @@ def drop_broken_connections() -> None:
     A connection this thread has not used for ``IDLE_CHECK_S`` is checked before its next query
     (Django's ``CONN_HEALTH_CHECKS``, on for PostgreSQL): a database, pooler or proxy that closes
     idle connections would otherwise fail that query once. The pool keeps a light load on the
-    threads that finished last, so the others can sit idle for long (bhgbrain_site/pools.py)."""
+    threads that finished last, so the others can sit idle for long (bhgbrain_site/core/pools.py)."""
     now = time.monotonic()
     idle = now - getattr(_thread_calls, "at", now) >= IDLE_CHECK_S
     _thread_calls.at = now

@@ -19,10 +19,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from bhgbrain_site import registry
-from bhgbrain_site.errors import InvalidInput, error_for_status, to_envelope
-from bhgbrain_site.registry import CallContext
+from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.core.errors import InvalidInput, error_for_status, to_envelope
 
-# Set on the views OperationViewSet.as_view makes: bhgbrain_site.fast_http serves them straight
+# Set on the views OperationViewSet.as_view makes: bhgbrain_site.server.asgi_routes serves them straight
 # from ASGI (they need none of Django's middleware: no session, no CSRF, no cookie).
 POOLED = "bhgbrain_pooled"
 
@@ -46,7 +46,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
 
 
 def call_context(request: Request) -> CallContext:
-    """The caller of a request: the principal the bearer middleware found (bhgbrain_site.security)."""
+    """The caller of a request: the principal the bearer middleware found (bhgbrain_site.server.security)."""
     actor = f"api:{request.META.get('REMOTE_ADDR') or 'unknown'}"
     principal = getattr(request, "bhgbrain_principal", None)
     return CallContext(actor=actor, principal=principal) if principal else CallContext(actor=actor)

@@ -8,9 +8,9 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from bhgbrain_site import sqlite_wal
-from bhgbrain_site.cache import store_key
-from bhgbrain_site.config import ConfigError, data_dir_for, load_config
+from bhgbrain_site.core import sqlite_upkeep
+from bhgbrain_site.core.config import ConfigError, data_dir_for, load_config
+from bhgbrain_site.core.shared_cache import store_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -69,8 +69,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "bhgbrain_site.static_files.StaticFilesMiddleware",  # WhiteNoise, without leaving the event loop
-    "bhgbrain_site.security.bearer_auth_middleware",
+    "bhgbrain_site.server.static_files.StaticFilesMiddleware",  # WhiteNoise, without leaving the event loop
+    "bhgbrain_site.server.security.bearer_auth_middleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -127,7 +127,7 @@ def _database() -> dict[str, Any]:
             "transaction_mode": "IMMEDIATE",
             # wal_autocheckpoint: checkpoints run in a background thread (sqlite_wal); this is the net.
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000; "
-                            f"PRAGMA wal_autocheckpoint={sqlite_wal.AUTOCHECKPOINT_PAGES};",
+                            f"PRAGMA wal_autocheckpoint={sqlite_upkeep.AUTOCHECKPOINT_PAGES};",
         },
         "TEST": {"NAME": str(BHGBRAIN_DATA_DIR / "test.sqlite3")},
     }
@@ -165,7 +165,7 @@ def _redis_cache() -> dict[str, Any]:
 
 
 def _caches() -> dict[str, Any]:
-    """``ratelimit`` counts requests per client (bhgbrain_site.security): in Redis when configured;
+    """``ratelimit`` counts requests per client (bhgbrain_site.server.security): in Redis when configured;
     with several workers and no Redis in a counter file in data_dir shared by the workers (SQLite:
     every worker is on this host) or in the database (PostgreSQL, whose servers may be on several
     hosts: a counter-safe database cache, table ``bhgbrain_cache``, created by every migrate); one
@@ -174,12 +174,13 @@ def _caches() -> dict[str, Any]:
     if REDIS_URL:
         return {"default": _redis_cache(), "ratelimit": _redis_cache()}
     if BHGBRAIN_WORKERS > 1 and DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-        # the workers of one host: a counter file, off the store's one write lock (cache.py)
-        shared = {"BACKEND": "bhgbrain_site.cache.SharedCounterCache", "LOCATION": str(BHGBRAIN_DATA_DIR / "ratelimit.counters"),
-                  "KEY_PREFIX": "bhgbrain"}  # the file is the store's own (data_dir)
+        # the workers of one host: a counter file, off the store's one write lock (core/shared_cache.py);
+        # the file is the store's own (data_dir)
+        shared = {"BACKEND": "bhgbrain_site.core.shared_cache.SharedCounterCache",
+                  "LOCATION": str(BHGBRAIN_DATA_DIR / "ratelimit.counters"), "KEY_PREFIX": "bhgbrain"}
         return {"default": local, "ratelimit": shared}
     if BHGBRAIN_WORKERS > 1:
-        shared = {"BACKEND": "bhgbrain_site.cache.CounterDatabaseCache", "LOCATION": "bhgbrain_cache",
+        shared = {"BACKEND": "bhgbrain_site.core.shared_cache.CounterDatabaseCache", "LOCATION": "bhgbrain_cache",
                   "KEY_PREFIX": "bhgbrain", "OPTIONS": {"MAX_ENTRIES": 100_000}}
         return {"default": local, "ratelimit": shared}
     return {"default": local, "ratelimit": {**local, "LOCATION": "ratelimit"}}
@@ -214,12 +215,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = BHGBRAIN.security.max_request_size_bytes
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    # Access is decided by bhgbrain_site.security (bearer / scoped tokens) before DRF runs.
+    # Access is decided by bhgbrain_site.server.security (bearer / scoped tokens) before DRF runs.
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
     "UNAUTHENTICATED_USER": None,
     "EXCEPTION_HANDLER": "bhgbrain_site.rest.exception_handler",
-    "DEFAULT_PARSER_CLASSES": ["bhgbrain_site.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["bhgbrain_site.core.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
 }
 SPECTACULAR_SETTINGS = {
@@ -234,7 +235,7 @@ SPECTACULAR_SETTINGS = {
     "APPEND_COMPONENTS": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
     "SECURITY": [{"bearer": []}],
     # the tiers appear as `tier` in the inputs and as `retention_tier` in the results: one enum
-    "ENUM_NAME_OVERRIDES": {"TierEnum": "bhgbrain_site.contracts.TIERS"},
+    "ENUM_NAME_OVERRIDES": {"TierEnum": "bhgbrain_site.core.contracts.TIERS"},
 }
 
 # The scheduler's queue: Redis when configured (named after the store, so two stores on one
@@ -253,11 +254,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "json": {"()": "bhgbrain_site.logging.JsonFormatter"},
+        "json": {"()": "bhgbrain_site.core.log_format.JsonFormatter"},
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
     },
-    "filters": {"redact": {"()": "bhgbrain_site.logging.RedactFilter"},
-                "stateless_noise": {"()": "bhgbrain_site.logging.StatelessNoiseFilter"}},
+    "filters": {"redact": {"()": "bhgbrain_site.core.log_format.RedactFilter"},
+                "stateless_noise": {"()": "bhgbrain_site.core.log_format.StatelessNoiseFilter"}},
     "handlers": {
         # stderr only: stdout is reserved for the MCP stdio protocol.
         "stderr": {

@@ -7,7 +7,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from bhgbrain_site import http
+from bhgbrain_site.server import views
 from categories.api import CategoryViewSet
 from memories.api import AuditViewSet, CollectionViewSet, MemoryViewSet, ThreadViewSet
 from retention.api import ArchiveViewSet, BackupViewSet
@@ -29,15 +29,15 @@ router.register("recall", RecallViewSet, basename="recall")
 router.register("categories", CategoryViewSet, basename="categories")
 
 urlpatterns = [
-    path("health", http.health, name="health"),
-    path("tool/<str:name>", http.tool_call, name="tool"),
-    path("resource", http.resource, name="resource"),
-    path("metrics", http.metrics_view, name="metrics"),
+    path("health", views.health, name="health"),
+    path("tool/<str:name>", views.tool_call, name="tool"),
+    path("resource", views.resource, name="resource"),
+    path("metrics", views.metrics_view, name="metrics"),
     path("api/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),
 ]
 
-handler404 = "bhgbrain_site.http.not_found"
-handler500 = "bhgbrain_site.http.server_error"
+handler404 = "bhgbrain_site.server.views.not_found"
+handler500 = "bhgbrain_site.server.views.server_error"

@@ -5,7 +5,7 @@ from unfold.admin import ModelAdmin, TabularInline
 
 from categories.models import Category, CategoryRevision
 from categories.services import category_delete, category_set
-from memories.admin_scope import NamespaceScoped
+from memories.admin.scope import NamespaceScoped
 
 
 class RevisionInline(TabularInline):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from bhgbrain_site.contracts import CATEGORY_NAME_MAX, NAMESPACE_MAX, SLOTS
+from bhgbrain_site.core.contracts import CATEGORY_NAME_MAX, NAMESPACE_MAX, SLOTS
 
 Slot = models.TextChoices("Slot", [(name.upper().replace("-", "_"), name) for name in SLOTS])
 

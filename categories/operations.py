@@ -6,10 +6,11 @@ from typing import Any, Literal
 from django.conf import settings
 from pydantic import Field
 
-from bhgbrain_site.contracts import CONTENT_MAX, SlotName
-from bhgbrain_site.errors import InvalidInput
-from bhgbrain_site.inputs import CategoryName, Input, Namespace
-from bhgbrain_site.registry import CallContext, Hints, completer, operation, resource
+from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.core.contracts import CONTENT_MAX, SlotName
+from bhgbrain_site.core.errors import InvalidInput
+from bhgbrain_site.core.inputs import CategoryName, Input, Namespace
+from bhgbrain_site.registry import Hints, completer, operation, resource
 from categories import selectors, services
 from categories.outputs import CategoryResult
 

@@ -5,8 +5,8 @@ from typing import Literal
 
 from pydantic import RootModel
 
-from bhgbrain_site.contracts import SlotName
-from bhgbrain_site.outputs import Output, Stamp
+from bhgbrain_site.core.contracts import SlotName
+from bhgbrain_site.core.outputs import Output, Stamp
 
 
 class CategoryView(Output):

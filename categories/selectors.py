@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bhgbrain_site.errors import NotFound
+from bhgbrain_site.core.errors import NotFound
 from categories.models import Category
 from memories.selectors import iso
 

@@ -6,10 +6,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from bhgbrain_site.errors import NotFound
+from bhgbrain_site.core.errors import NotFound
 from categories.models import Category, CategoryRevision
 from categories.selectors import category_to_dict
-from memories import changes, normalize
+from memories import funnel
+from memories.pipeline import normalize
 
 
 def category_set(*, namespace: str, name: str, slot: str, content: str, actor: str) -> dict[str, Any]:
@@ -28,7 +29,7 @@ def category_set(*, namespace: str, name: str, slot: str, content: str, actor: s
             category.slot, category.content, category.updated_at = slot, text, now
             category.revision += 1
             category.save()
-        changes.audit(operation="CATEGORY_SET", actor=actor, namespace=namespace, at=now,
+        funnel.audit(operation="CATEGORY_SET", actor=actor, namespace=namespace, at=now,
                       details={"name": name, "slot": slot, "revision": category.revision})
     return category_to_dict(category, full=True)
 
@@ -40,6 +41,6 @@ def category_delete(*, namespace: str, name: str, actor: str) -> dict[str, Any]:
         if category is None:
             raise NotFound(f'Category "{name}" not found')
         category.delete()
-        changes.audit(operation="CATEGORY_DELETE", actor=actor, namespace=namespace,
+        funnel.audit(operation="CATEGORY_DELETE", actor=actor, namespace=namespace,
                       details={"name": name, "revision": category.revision})
     return {"ok": True, "name": name}

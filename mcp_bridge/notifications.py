@@ -27,8 +27,9 @@ from mcp import types
 from mcp.server.connection import Connection
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 
-from bhgbrain_site.logging import client_safe
-from bhgbrain_site.registry import Principal, Progress
+from bhgbrain_site.core.calls import Principal
+from bhgbrain_site.core.log_format import client_safe
+from bhgbrain_site.core.progress import Progress
 
 LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)  # severity ascending (RFC 5424)
 # MCP level → the Python level at and above which records are sent.
@@ -81,7 +82,7 @@ def _connection(ctx: Any) -> Connection:
 
 def streamed(ctx: Any) -> bool:
     """Whether notifications about this request can reach the client: always over stdio; over HTTP
-    only when the request is answered with an SSE stream (mcp_bridge/events.py decides)."""
+    only when the request is answered with an SSE stream (mcp_bridge/streamable_http.py decides)."""
     request = getattr(ctx, "request", None)
     return request is None or bool(request.scope.get(STREAMED_KEY))
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from mcp import MCPError, types
 
 from bhgbrain_site import registry
-from bhgbrain_site.errors import to_envelope
-from bhgbrain_site.registry import CallContext
+from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.core.errors import to_envelope
 
 # the envelope's HTTP statuses that mean "the request was wrong" (bad input, not found, forbidden)
 _CLIENT_ERRORS = frozenset({400, 403, 404})

@@ -22,8 +22,9 @@ from mcp import types
 from mcp.server.lowlevel import Server
 
 from bhgbrain_site import registry
-from bhgbrain_site.errors import to_envelope
-from bhgbrain_site.registry import CallContext, Principal
+from bhgbrain_site.core.calls import Principal
+from bhgbrain_site.core.errors import to_envelope
+from bhgbrain_site.registry import CallContext
 from mcp_bridge import notifications, prompts, stdio_pipes, subscriptions
 from mcp_bridge.schemas import lean_schema
 

@@ -1,6 +1,6 @@
 """Stateless MCP over HTTP: a plain call answered in the request's own task, by the SDK's ``serve_one``.
 
-With several workers the MCP endpoint is stateless (mcp_bridge/events.py). For every POST the SDK's
+With several workers the MCP endpoint is stateless (mcp_bridge/streamable_http.py). For every POST the SDK's
 stateless path then builds a transport, a JSON-RPC dispatcher and a server task joined by memory
 streams, hands the request through them and tears it all down again: measured, about 1.3 ms more
 server CPU per call than the same call on a session, so stateless MCP cost an agent more than
@@ -56,7 +56,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 # The calls an agent repeats; the rest (listings, prompts, completions) are rare and stay on the SDK's path.
 METHODS = frozenset({"tools/call", "resources/read"})
-VERSION_HEADER = b"mcp-protocol-version"  # also read by mcp_bridge/events.py
+VERSION_HEADER = b"mcp-protocol-version"  # also read by mcp_bridge/streamable_http.py
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Resource subscriptions: ``resources/subscribe`` / ``unsubscribe`` and
 ``notifications/resources/updated``, driven by the store's change feed.
 
-Every write appends the change feed (memories/changes.py) and category writes their audit row,
+Every write appends the change feed (memories/funnel.py) and category writes their audit row,
 in the database every process shares; so one watcher task per server process reads both
 (the ``changes.since`` operation) every POLL_SECONDS while anyone is subscribed, and a change
 made by another worker, the admin, the CLI or the scheduler reaches the subscriber. With nobody
@@ -30,8 +30,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 
 from bhgbrain_site import registry
-from bhgbrain_site.errors import DomainError
-from bhgbrain_site.registry import CallContext
+from bhgbrain_site.core.calls import CallContext, Principal
+from bhgbrain_site.core.errors import DomainError
 from mcp_bridge.notifications import PEERS, Peer, peer_of
 
 logger = logging.getLogger("bhgbrain.mcp")
@@ -75,7 +75,7 @@ class Watch:
         return self.memories or (self.collection is not None and change["collection"] in (self.collection, None))
 
 
-def watch_for(uri: str, principal: registry.Principal) -> Watch:
+def watch_for(uri: str, principal: Principal) -> Watch:
     """What ``uri`` follows (an empty Watch for a URI that names none of our resources)."""
     base = uri.split("?", 1)[0]
     if base in UNWATCHABLE:
@@ -157,7 +157,7 @@ class Watcher:
 WATCHER_TASK = Watcher()
 
 
-async def subscribe(ctx: Any, uri: str, watch: Watch, principal: registry.Principal) -> None:
+async def subscribe(ctx: Any, uri: str, watch: Watch, principal: Principal) -> None:
     """``resources/subscribe`` (``watch`` from :func:`checked_watch`): remember it, and make sure
     the watcher runs before the subscription is answered."""
     peer: Peer | None = peer_of(ctx, principal)

@@ -26,11 +26,11 @@ from django.db import DatabaseError, IntegrityError, close_old_connections, conn
 from django.db.models import F
 from django.utils import timezone
 
-from bhgbrain_site.errors import NotFound
-from memories import changes
+from bhgbrain_site.core.errors import NotFound
+from memories import funnel
 from memories.models import AccessDay, Memory
+from memories.pipeline.tiers import tier_metadata
 from memories.selectors import memory_get, memory_to_dict, parse_memory_id
-from memories.tiers import tier_metadata
 
 logger = logging.getLogger("bhgbrain.retention")
 
@@ -105,7 +105,7 @@ class _Accessed:
     """One memory after its accesses were applied in memory: what changed, the audit, the outcome."""
 
     changed: frozenset[str]
-    audit: changes.Audit | None
+    audit: funnel.Audit | None
     outcome: AccessOutcome
 
 
@@ -115,7 +115,7 @@ def _accessed(memory: Memory, count: int, at: datetime, threshold: int) -> _Acce
     _apply_access(memory, count, at, threshold)
     tier_before = previous["retention_tier"]
     promoted = memory.retention_tier != tier_before
-    audit = changes.Audit("PROMOTE", "system", {"from": tier_before, "to": memory.retention_tier,
+    audit = funnel.Audit("PROMOTE", "system", {"from": tier_before, "to": memory.retention_tier,
                                                 "access_count": memory.access_count}) if promoted else None
     return _Accessed(
         changed=frozenset(name for name in _ACCESS_FIELDS if getattr(memory, name) != previous[name]),
@@ -149,7 +149,7 @@ def memories_record_access(chunk: list[Access]) -> list[AccessOutcome]:
     wanted = {memory_id: (count, at) for memory_id, count, at in chunk}
     outcomes: list[AccessOutcome] = []
     groups: dict[frozenset[str], list[Memory]] = {}
-    audits: dict[uuid.UUID, changes.Audit] = {}
+    audits: dict[uuid.UUID, funnel.Audit] = {}
     days: Counter[tuple[str, date]] = Counter()
     with transaction.atomic():
         rows = Memory.objects.select_for_update().filter(pk__in=list(wanted), archived=False).order_by("pk")
@@ -163,7 +163,7 @@ def memories_record_access(chunk: list[Access]) -> list[AccessOutcome]:
             outcomes.append(done.outcome)
         latest = max(at for _, at in wanted.values())
         for changed, memories in groups.items():
-            changes.memories_saved(memories, changed, audits=audits, at=latest)
+            funnel.memories_saved(memories, changed, audits=audits, at=latest)
         for (namespace, day), count in days.items():
             _count_day(namespace, day, count)
     return outcomes
@@ -230,7 +230,7 @@ class AccessTracker:
                     self._restore(left)
                     break
             if outcomes:
-                changes.sync_indexes()  # expiry and tier changes reach an external index's payload (Qdrant)
+                funnel.sync_indexes()  # expiry and tier changes reach an external index's payload (Qdrant)
             return outcomes
 
     def _ensure_thread(self) -> None:

@@ -10,11 +10,11 @@ class MemoriesConfig(AppConfig):
     def ready(self) -> None:
         from django.db.backends.signals import connection_created
 
-        from bhgbrain_site.logging import register_secret_finder
-        from bhgbrain_site.sqlite_wal import on_connection_created
-        from memories.changes import register_indexer
-        from memories.normalize import find_secret
-        from memories.tag_index import TagIndexer
+        from bhgbrain_site.core.log_format import register_secret_finder
+        from bhgbrain_site.core.sqlite_upkeep import on_connection_created
+        from memories.funnel import register_indexer
+        from memories.indexes.tag_index import TagIndexer
+        from memories.pipeline.normalize import find_secret
 
         connection_created.connect(on_connection_created, dispatch_uid="bhgbrain-wal-checkpoint")
         register_indexer(TagIndexer())  # tag completion reads the tags from an index

@@ -23,12 +23,12 @@ import numpy as np
 from django.conf import settings
 from django.db.models import Q
 
+from memories.analyzer import stem
 from memories.embeddings import Embedder, calibrate, from_bytes
+from memories.indexes.embedded import get_vector_index
+from memories.indexes.vectors import VectorHit
 from memories.loading import memories_by_id
 from memories.models import Memory, Operation
-from memories.text import stem
-from memories.vector_index import get_vector_index
-from memories.vectors import VectorHit
 
 logger = logging.getLogger("bhgbrain.dedup")
 

@@ -20,9 +20,9 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from bhgbrain_site.config import EmbeddingConfig
-from bhgbrain_site.errors import EmbeddingUnavailable
-from bhgbrain_site.metrics import metrics
+from bhgbrain_site.core.config import EmbeddingConfig
+from bhgbrain_site.core.errors import EmbeddingUnavailable
+from bhgbrain_site.core.metrics import metrics
 
 logger = logging.getLogger("bhgbrain.embeddings")
 T = TypeVar("T")

@@ -6,7 +6,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from bhgbrain_site.contracts import (
+from bhgbrain_site.core.contracts import (
     CATEGORY_NAME_MAX,
     COLLECTION_MAX,
     DEVICE_ID_MAX,
@@ -23,7 +23,7 @@ from bhgbrain_site.contracts import (
     TIERS,
 )
 
-# The choices come from bhgbrain_site.contracts, the one list every interface validates against.
+# The choices come from bhgbrain_site.core.contracts, the one list every interface validates against.
 MemoryType = models.TextChoices("MemoryType", [(name.upper(), name) for name in MEMORY_TYPES])
 MemorySource = models.TextChoices("MemorySource", [(name.upper(), name) for name in SOURCES])
 RetentionTier = models.TextChoices("RetentionTier", [(tier, (tier, f"{tier} — {TIER_LABELS[tier]}")) for tier in TIERS])

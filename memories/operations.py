@@ -11,7 +11,8 @@ from typing import Any, Literal
 from django.conf import settings
 from pydantic import Field, model_validator
 
-from bhgbrain_site.contracts import (
+from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.core.contracts import (
     CATEGORY_NAME_MAX,
     CONTENT_MAX,
     DEVICE_ID_MAX,
@@ -22,8 +23,8 @@ from bhgbrain_site.contracts import (
     SourceName,
     Tier,
 )
-from bhgbrain_site.errors import InvalidInput, NotFound
-from bhgbrain_site.inputs import (
+from bhgbrain_site.core.errors import InvalidInput, NotFound
+from bhgbrain_site.core.inputs import (
     CollectionName,
     Cursor,
     Duration,
@@ -37,20 +38,13 @@ from bhgbrain_site.inputs import (
     ThreadId,
     Timestamp,
 )
-from bhgbrain_site.registry import CallContext, Hints, PromptMessages, completer, operation, prompt, resource
-from memories import (
-    access,
-    bootstrap,
-    completions,
-    curation,
-    feed,
-    messages,
-    outputs,
-    prompts,
-    repair,
-    selectors,
-    services,
-)
+from bhgbrain_site.registry import Hints, PromptMessages, completer, operation, prompt, resource
+from memories import access, completions, outputs, prompts, selectors, services
+from memories.curation import edits
+from memories.indexes import feed
+from memories.interop import bootstrap, repair
+from memories.remember import RememberInput, memory_remember
+from memories.remember import thread_append as append_to_thread
 
 
 def _namespace(value: str | None) -> str:
@@ -93,8 +87,8 @@ class RememberParams(_MessageFields):
 
 
 def _remember_input(message: _MessageFields, *, namespace: str, collection: str | None,
-                    thread: str | None) -> services.RememberInput:
-    return services.RememberInput(
+                    thread: str | None) -> RememberInput:
+    return RememberInput(
         content=message.content, namespace=namespace, collection=collection or settings.BHGBRAIN.defaults.collection,
         type=message.type, tags=tuple(message.tags), category=message.category, importance=message.importance,
         source=message.source, retention_tier=message.retention_tier, thread=thread, speaker=message.speaker,
@@ -115,7 +109,7 @@ def remember(params: RememberParams, ctx: CallContext) -> dict[str, Any]:
     Optional `event_at`, `valid_until`, `status` (planned/done/cancelled) make it an event."""
     data = _remember_input(params, namespace=_namespace(params.namespace), collection=params.collection,
                            thread=params.thread)
-    return services.memory_remember(data=data, actor=ctx.actor).as_dict()
+    return memory_remember(data=data, actor=ctx.actor).as_dict()
 
 
 class MessageParams(_MessageFields):
@@ -138,7 +132,7 @@ def thread_append(params: ThreadAppendParams, ctx: CallContext) -> dict[str, Any
     namespace = _namespace(params.namespace)
     batch = [_remember_input(m, namespace=namespace, collection=params.collection, thread=params.thread)
              for m in params.messages]
-    results = messages.thread_append(messages=batch, actor=ctx.actor, progress=ctx.progress)
+    results = append_to_thread(messages=batch, actor=ctx.actor, progress=ctx.progress)
     added = sum(r["operation"] == "ADD" for r in results)
     return {"thread": params.thread, "results": results, "added": added, "noop": len(results) - added}
 
@@ -158,7 +152,7 @@ def event(params: EventParams, ctx: CallContext) -> dict[str, Any]:
     changes = {name: getattr(params, name) for name in ("event_at", "valid_until", "status")
                if name in params.model_fields_set}
     changes.update(dict.fromkeys(params.clear))
-    memory = curation.memory_set_event(memory_id=params.id, namespace=_namespace(params.namespace), changes=changes,
+    memory = edits.memory_set_event(memory_id=params.id, namespace=_namespace(params.namespace), changes=changes,
                                        actor=ctx.actor)
     return selectors.event_view(memory)
 
@@ -343,7 +337,7 @@ class SetTierParams(Input):
 @operation("memories.set_tier", SetTierParams, writes=_always, tool=False)
 def memories_set_tier(params: SetTierParams, ctx: CallContext) -> dict[str, Any]:
     """Change a memory's tier; its expiry and review date are recomputed from now."""
-    memory = curation.memory_edit(memory_id=params.id, namespace=_namespace(params.namespace),
+    memory = edits.memory_edit(memory_id=params.id, namespace=_namespace(params.namespace),
                                   changes={"retention_tier": params.tier}, actor=ctx.actor)
     return selectors.tier_view(memory)
 

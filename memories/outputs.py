@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import RootModel
 
-from bhgbrain_site.contracts import EventStatus, MemoryTypeName, Tier
-from bhgbrain_site.outputs import Output, Stamp, TagList
+from bhgbrain_site.core.contracts import EventStatus, MemoryTypeName, Tier
+from bhgbrain_site.core.outputs import Output, Stamp, TagList
 
 
 class Remembered(Output):

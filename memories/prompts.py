@@ -2,8 +2,8 @@
 the bootstrap interview and remember-this. Reads only; the model writes through the tools."""
 from __future__ import annotations
 
-from memories import bootstrap
 from memories.completions import tags_complete
+from memories.interop import bootstrap
 
 KNOWN_TAGS_SHOWN = 30
 

@@ -11,12 +11,12 @@ from django.db import DatabaseError, connection
 from django.db.models import Count, Max, Min, Q
 from django.utils import timezone as django_timezone
 
-from bhgbrain_site.contracts import TIERS
-from bhgbrain_site.errors import InvalidInput, NotFound
+from bhgbrain_site.core.contracts import TIERS
+from bhgbrain_site.core.errors import InvalidInput, NotFound
+from memories.conversations import thread_turns
 from memories.embeddings import embedder_status
+from memories.indexes.embedded import get_vector_index
 from memories.models import AuditLog, Collection, Memory
-from memories.threads import thread_turns
-from memories.vector_index import get_vector_index
 
 
 def iso(value: datetime | None) -> str | None:

@@ -13,12 +13,12 @@ from django.urls import reverse
 from django.utils import timezone
 from unfold.admin import ModelAdmin
 
-from bhgbrain_site.admin_base import ReadOnlyAdmin
-from bhgbrain_site.contracts import TIERS
-from bhgbrain_site.errors import DomainError
-from memories.admin_scope import AllNamespacesOnly, ListExport, NamespaceScoped, console, request_namespaces
-from memories.curators import Namespaces
-from memories.queues import QUEUES
+from bhgbrain_site.core.admin_base import ReadOnlyAdmin
+from bhgbrain_site.core.contracts import TIERS
+from bhgbrain_site.core.errors import DomainError
+from memories.admin.scope import AllNamespacesOnly, ListExport, NamespaceScoped, console, request_namespaces
+from memories.curation.namespaces import Namespaces
+from memories.curation.queues import QUEUES
 from retention.archive import archive_export, archive_restore, archived_to_dict, memory_archive
 from retention.dashboard import Dashboard, dashboard_snapshot
 from retention.models import ArchivedMemory, BackupRecord

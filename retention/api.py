@@ -8,7 +8,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from bhgbrain_site.contracts import PATH_MAX, TIERS
+from bhgbrain_site.core.contracts import PATH_MAX, TIERS
 from bhgbrain_site.rest import OperationViewSet
 from retention.outputs import BackupList, BackupRestored, BackupView
 

@@ -16,15 +16,16 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from bhgbrain_site.contracts import TIERS
-from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
-from memories import changes, threads, tiers
-from memories.curators import Namespaces, within
+from bhgbrain_site.core.contracts import TIERS
+from bhgbrain_site.core.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
+from memories import conversations, funnel
+from memories.analyzer import analyze_query
+from memories.curation.namespaces import Namespaces, within
 from memories.embeddings import get_embedder, to_bytes
 from memories.models import CONVERSATION_FIELDS, Memory, Operation
+from memories.pipeline import tiers
 from memories.selectors import iso
 from memories.services import live_memory
-from memories.text import analyze_query
 from retention.cleanup import _archive as archived_copy  # the cleanup's own copy of a memory: one definition
 from retention.models import ArchivedMemory
 
@@ -71,7 +72,7 @@ def _vector_for(item: ArchivedMemory) -> tuple[bytes | None, str, bool]:
     if item.embedding is not None and item.embedding_model == embedder.model_id:
         return bytes(item.embedding), item.embedding_model, True
     try:
-        passage = threads.passage(Memory(id=item.memory_id, namespace=item.namespace, content=item.content,
+        passage = conversations.passage(Memory(id=item.memory_id, namespace=item.namespace, content=item.content,
                                          **{name: getattr(item, name) for name in CONVERSATION_FIELDS},
                                          created_at=item.created_at))
         return to_bytes(embedder.embed_passage(passage)), embedder.model_id, True
@@ -119,9 +120,9 @@ def archive_restore(*, memory_id: str, namespace: str, actor: str, tier: str = "
             embedding=embedding, embedding_model=model, vector_synced=synced, created_at=item.created_at,
             updated_at=now, **{name: getattr(item, name) for name in CONVERSATION_FIELDS},
         )
-        audit = changes.Audit("RESTORE_ARCHIVE", actor,
+        audit = funnel.Audit("RESTORE_ARCHIVE", actor,
                               {"tier": tier, "archived_tier": item.tier, "expired_at": iso(item.expired_at)})
-        changes.memory_saved(memory, audit=audit, at=now, insert=True)
+        funnel.memory_saved(memory, audit=audit, at=now, insert=True)
         ArchivedMemory.objects.filter(pk=item.pk).update(restored_at=now)
     return {"restored": True, "id": str(pk), "namespace": namespace, "retention_tier": tier,
             "expires_at": iso(meta.expires_at), "vector_synced": synced}
@@ -136,9 +137,9 @@ def memory_archive(*, memory_id: str, actor: str, namespace: str | None = None) 
     with transaction.atomic():
         memory = live_memory(memory_id, namespace)
         archived_copy(memory, now).save(force_insert=True)
-        audit = changes.Audit("ARCHIVE", actor, {"reason": "curator", "tier": memory.retention_tier,
+        audit = funnel.Audit("ARCHIVE", actor, {"reason": "curator", "tier": memory.retention_tier,
                                                  "summary": memory.summary})
-        changes.memories_removed([memory], audit=lambda _m: audit, at=now)
+        funnel.memories_removed([memory], audit=lambda _m: audit, at=now)
     return {"archived": True, "id": str(memory.id), "namespace": memory.namespace}
 
 

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db.models import Count, F, Q, QuerySet
 from django.db.models.functions import Coalesce
 
-from bhgbrain_site.contracts import TIERS
+from bhgbrain_site.core.contracts import TIERS
 from memories.models import Memory
 
 TRIMMABLE = ("T3", "T2", "T1")  # max_memories takes its excess in this order; never T0

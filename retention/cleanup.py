@@ -14,7 +14,7 @@
    deleted through the write funnel with a ``FORGET`` audit row, reason ``over_budget``; so
    every trimmed memory can be restored from the archive.
 4. Change-feed rows older than ``FEED_KEEP_DAYS`` are pruned (an index that has not caught up
-   for that long reloads instead of replaying: memories/feed.py), after their deletions are
+   for that long reloads instead of replaying: memories/indexes/feed.py), after their deletions are
    tallied for compaction.
 5. Compaction (retention/compaction.py) when deletions passed
    ``retention.compaction_deleted_threshold``, or when forced (``gc --force-compact``).
@@ -35,9 +35,9 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from memories import changes
+from memories import funnel
 from memories.access import tracker
-from memories.feed import feed_prune
+from memories.indexes.feed import feed_prune
 from memories.models import CONVERSATION_FIELDS, Memory
 from retention import budgets, compaction
 from retention.models import ArchivedMemory
@@ -89,7 +89,7 @@ def _remove_batch(now: datetime, archive: bool, tier: str | None) -> tuple[int, 
             return 0, 0
         if archive:
             ArchivedMemory.objects.bulk_create([_archive(m, now) for m in batch])
-        changes.memories_removed(batch, at=now, audit=lambda m: changes.Audit(
+        funnel.memories_removed(batch, at=now, audit=lambda m: funnel.Audit(
             "FORGET", ACTOR, {"reason": "expired", "tier": m.retention_tier, "summary": m.summary, "archived": archive}))
     return len(batch), len(batch) if archive else 0
 
@@ -114,7 +114,7 @@ def _trim_batch(tier: str, limit: int, now: datetime, only: str | None) -> int:
         if not batch:
             return 0
         ArchivedMemory.objects.bulk_create([_archive(m, now) for m in batch])
-        changes.memories_removed(batch, at=now, audit=lambda m: changes.Audit(
+        funnel.memories_removed(batch, at=now, audit=lambda m: funnel.Audit(
             "FORGET", ACTOR, {"reason": "over_budget", "tier": m.retention_tier, "summary": m.summary, "archived": True}))
     return len(batch)
 
@@ -126,10 +126,10 @@ def memories_consolidate(*, now: datetime | None = None) -> int:
     unused = Q(last_accessed__lt=cutoff) | Q(last_accessed__isnull=True, created_at__lt=cutoff)
     candidates = Memory.objects.filter(unused, decay_eligible=True, archived=False, stale=False,
                                        importance__lt=0.5, category__isnull=True)
-    audit = changes.Audit("STALE", ACTOR, {"reason": f"not accessed for {settings.BHGBRAIN.retention.decay_after_days} days"})
+    audit = funnel.Audit("STALE", ACTOR, {"reason": f"not accessed for {settings.BHGBRAIN.retention.decay_after_days} days"})
     with transaction.atomic():
         ids = list(candidates.select_for_update().values_list("id", flat=True))
-        changes.memories_updated(ids, {"stale": True, "expires_at": now - timedelta(milliseconds=1), "updated_at": now},
+        funnel.memories_updated(ids, {"stale": True, "expires_at": now - timedelta(milliseconds=1), "updated_at": now},
                                  audit=lambda _m: audit, at=now)
     return len(ids)
 

@@ -33,11 +33,11 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from memories import changes
+from memories import funnel
+from memories.indexes.embedded import get_vector_index
+from memories.indexes.qdrant import QdrantVectorIndex
 from memories.models import Memory, VectorChange
-from memories.qdrant_index import QdrantVectorIndex
 from memories.selectors import db_size_bytes, iso
-from memories.vector_index import get_vector_index
 from retention.models import CompactionState
 
 logger = logging.getLogger("bhgbrain.retention")
@@ -135,7 +135,7 @@ def store_compact(*, reason: str, now: datetime | None = None, status: dict[str,
     with transaction.atomic():
         CompactionState.objects.update_or_create(
             pk=1, defaults={"deletions": 0, "counted_through": high_water, "compacted_at": now})  # later deletes count live
-        changes.audit(operation="COMPACT", actor=ACTOR, namespace="*", details=result, at=now)
+        funnel.audit(operation="COMPACT", actor=ACTOR, namespace="*", details=result, at=now)
     logger.info("compaction: %s", result)
     return result
 

@@ -1,6 +1,6 @@
 """The governance console's landing page: what a curator should look at today.
 
-Read-only selectors, scoped to the curator's namespaces (``memories.curators``): the store's
+Read-only selectors, scoped to the curator's namespaces (``memories.curation.namespaces``): the store's
 health, memories per namespace × tier against the tier budgets, growth and accesses over the
 last 30 days, and the queues that need a person (expiring soon, T1 due for review, consolidation
 candidates, the vector-sync backlog), backups and the latest audit events. A handful of aggregate
@@ -18,10 +18,10 @@ from django.db import connection
 from django.db.models import CharField, Count, Sum
 from django.db.models.functions import Cast, Substr
 
-from bhgbrain_site.contracts import TIERS
-from memories.curators import Namespaces, within
+from bhgbrain_site.core.contracts import TIERS
+from memories.curation.namespaces import Namespaces, within
+from memories.curation.queues import QUEUES, queue_condition
 from memories.models import AccessDay, AuditLog, Memory
-from memories.queues import QUEUES, queue_condition
 from retention.models import ArchivedMemory, BackupRecord
 from retention.selectors import store_health
 

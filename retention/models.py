@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from bhgbrain_site.contracts import (
+from bhgbrain_site.core.contracts import (
     CATEGORY_NAME_MAX,
     COLLECTION_MAX,
     DEVICE_ID_MAX,
@@ -52,7 +52,7 @@ class CompactionState(models.Model):
     """How many memories were deleted since the store was last compacted (one row, pk 1).
 
     The count comes from the change feed, which every deletion appends in its own transaction
-    (memories/changes.py): ``deletions`` holds the DELETE rows already tallied, up to feed row
+    (memories/funnel.py): ``deletions`` holds the DELETE rows already tallied, up to feed row
     ``counted_through``; the feed rows after it are counted live. The cleanup tallies before it
     prunes the feed, so pruning loses nothing (retention/compaction.py)."""
 

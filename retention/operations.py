@@ -7,10 +7,12 @@ from typing import Any, Literal
 from django.conf import settings
 from pydantic import Field, model_validator
 
-from bhgbrain_site.contracts import PATH_MAX, Tier
-from bhgbrain_site.inputs import Input, MemoryId, Namespace, Query
-from bhgbrain_site.registry import CallContext, Hints, operation, resource
-from retention import archive, backup_export, backup_format, backup_import, cleanup, selectors
+from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.core.contracts import PATH_MAX, Tier
+from bhgbrain_site.core.inputs import Input, MemoryId, Namespace, Query
+from bhgbrain_site.registry import Hints, operation, resource
+from retention import archive, cleanup, selectors
+from retention.backups import bhgb_format, create, restore
 from retention.outputs import BackupResult
 
 
@@ -36,11 +38,11 @@ def backup(params: BackupParams, ctx: CallContext) -> dict[str, Any]:
     (path: absolute path of a .bhgb file in that folder): replace the store live, after
     saving the current one as a pre-restore backup. Backups of the original BHGBrain restore too."""
     if params.action == "create":
-        return backup_export.backup_create(actor=ctx.actor, progress=ctx.progress).as_dict()
+        return create.backup_create(actor=ctx.actor, progress=ctx.progress).as_dict()
     if params.action == "list":
-        return {"backups": [info.as_dict() for info in backup_format.backups_list()]}
+        return {"backups": [info.as_dict() for info in bhgb_format.backups_list()]}
     assert params.path is not None  # the model requires it for restore
-    return backup_import.backup_restore(path=params.path, actor=ctx.actor, progress=ctx.progress)
+    return restore.backup_restore(path=params.path, actor=ctx.actor, progress=ctx.progress)
 
 
 class RestoreFileParams(Input):
@@ -51,7 +53,7 @@ class RestoreFileParams(Input):
 def backups_restore_file(params: RestoreFileParams, ctx: CallContext) -> dict[str, Any]:
     """Replace the store with a .bhgb file anywhere on the server's disk (the CLI only: it runs
     on the server as the store's owner; tools and REST read <data_dir>/backups only)."""
-    return backup_import.backup_restore(path=params.path, actor=ctx.actor, allow_any_path=True, progress=ctx.progress)
+    return restore.backup_restore(path=params.path, actor=ctx.actor, allow_any_path=True, progress=ctx.progress)
 
 
 class ArchiveListParams(Input):

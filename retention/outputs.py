@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import RootModel
 
-from bhgbrain_site.outputs import Output, Stamp
+from bhgbrain_site.core.outputs import Output, Stamp
 
 
 class BackupView(Output):

@@ -2,7 +2,7 @@
 product's hybrid search (search/console.py), lent to the memory admin, which may not import it."""
 from __future__ import annotations
 
-from memories.admin_scope import console
+from memories.admin.scope import console
 from search.console import memory_ids_ranked
 
 console.search = memory_ids_ranked

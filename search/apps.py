@@ -24,7 +24,7 @@ class SearchConfig(AppConfig):
     def ready(self) -> None:
         from django.apps import apps
 
-        from memories.changes import register_indexer
+        from memories.funnel import register_indexer
         from search.fulltext import FullTextIndexer
 
         register_indexer(FullTextIndexer())  # the analyzed text follows every memory write

@@ -22,10 +22,10 @@ import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
-from bhgbrain_site.errors import EmbeddingUnavailable
+from bhgbrain_site.core.errors import EmbeddingUnavailable
 from memories.embeddings import Embedder, calibrate, embed_query, get_embedder
+from memories.indexes.embedded import get_vector_index
 from memories.loading import memories_by_id
-from memories.vector_index import get_vector_index
 from search.selectors import Scored, apply_priors, default_params, fulltext_hits, fuse
 
 

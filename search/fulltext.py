@@ -1,16 +1,16 @@
 """Full-text storage and BM25 search.
 
-The database keeps each live memory's analyzed text (:func:`memories.text.analyze`: CJK
+The database keeps each live memory's analyzed text (:func:`memories.analyzer.analyze`: CJK
 segmented, stemmed, stopwords dropped) — SQLite in the FTS5 table ``memories_fts``
 (content, tags, context), PostgreSQL in ``memory_search`` (a token array with the tags
 repeated, and the context tokens) — written
 by :class:`FullTextIndexer` inside every write's transaction (it registers itself with the
 write funnel from ``search/apps.py``), so it never disagrees with the memories table.
-Queries are answered by the in-process BM25 index (search.text_index) built from that text;
+Queries are answered by the in-process BM25 index (search.bm25.text_index) built from that text;
 query terms come from the same analyzer, so user strings are only ever words.
 
 A threaded memory (a message of a conversation) also gets a *context* field: its neighbouring
-turns and the date it was said in words (memories.threads), counted with ``CONTEXT_WEIGHT``
+turns and the date it was said in words (memories.conversations), counted with ``CONTEXT_WEIGHT``
 so that a turn such as "Yeah, I went there last Friday" is found by what the turns around it
 say. Plain memories have no context: their scores are what they always were.
 """
@@ -24,13 +24,13 @@ from typing import Any
 
 from django.db import connection
 
+from memories.analyzer import analyze_query
+from memories.conversations import contexts
+from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B, field_tokens
 from memories.models import Memory
-from memories.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B, field_tokens
-from memories.text import analyze_query
-from memories.threads import contexts
-from search.text_index import fts_rowid, get_text_index
+from search.bm25.text_index import fts_rowid, get_text_index
 
-# TAG_WEIGHT, CONTEXT_WEIGHT, K1 and B live in memories.sparse: Qdrant's sparse vectors use them too.
+# TAG_WEIGHT, CONTEXT_WEIGHT, K1 and B live in memories.indexes.sparse: Qdrant's sparse vectors use them too.
 TEXT_FIELDS = frozenset({"content", "tags", "archived", "context", "occurred_at"})  # what the stored rows are made of
 
 
@@ -91,7 +91,7 @@ def clear_all() -> None:
 
 
 class FullTextIndexer:
-    """The write funnel's hook (memories.changes.Indexer): the analyzed text follows every write."""
+    """The write funnel's hook (memories.funnel.Indexer): the analyzed text follows every write."""
 
     def written(self, memories: Sequence[Memory], fields: frozenset[str] | None) -> None:
         if fields is not None and not fields & TEXT_FIELDS:

@@ -16,7 +16,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-from memories.text import analyze_query
+from memories.analyzer import analyze_query
 
 # Small talk by itself: single words (space-separated) and phrases ("|"-separated), by reason.
 # A message is skipped when it is made of these and nothing else.

@@ -27,10 +27,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from categories.selectors import categories_for_inject
+from memories.analyzer import words
+from memories.conversations import thread_turns
 from memories.models import Memory
 from memories.selectors import iso
-from memories.text import words
-from memories.threads import thread_turns
 
 SHARES = {"profile": 0.25, "last_turns": 0.35, "open_items": 0.15, "topics": 0.10, "preferences": 0.15}
 LAST_TURNS = 20

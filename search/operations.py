@@ -6,9 +6,10 @@ from typing import Any, Literal
 from django.conf import settings
 from pydantic import Field
 
-from bhgbrain_site.contracts import CONTEXT_TURNS_MAX, MemoryTypeName
-from bhgbrain_site.inputs import CollectionName, Input, Namespace, Query, Tags, ThreadId
-from bhgbrain_site.registry import CallContext, PromptMessages, operation, prompt, resource
+from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.core.contracts import CONTEXT_TURNS_MAX, MemoryTypeName
+from bhgbrain_site.core.inputs import CollectionName, Input, Namespace, Query, Tags, ThreadId
+from bhgbrain_site.registry import PromptMessages, operation, prompt, resource
 from search import inject, prompts, services
 from search.handoff import handoff_pack
 from search.outputs import HandoffPack, SearchResults

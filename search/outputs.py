@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from bhgbrain_site.contracts import EventStatus, MemoryTypeName, Tier
-from bhgbrain_site.outputs import Output, Stamp, TagList
+from bhgbrain_site.core.contracts import EventStatus, MemoryTypeName, Tier
+from bhgbrain_site.core.outputs import Output, Stamp, TagList
 
 
 class Turn(Output):

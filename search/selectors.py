@@ -18,16 +18,16 @@ import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
-from bhgbrain_site.errors import EmbeddingUnavailable
+from bhgbrain_site.core.errors import EmbeddingUnavailable
+from memories.conversations import turns_after, turns_before
 from memories.embeddings import calibrate, embed_query, get_embedder, start_query
+from memories.indexes.embedded import get_vector_index
+from memories.indexes.qdrant import QdrantVectorIndex, SparseVectorsMissing
+from memories.indexes.sparse import query_weights
+from memories.indexes.vectors import VectorHit
 from memories.loading import memories_by_id
 from memories.models import Memory
-from memories.qdrant_index import QdrantVectorIndex, SparseVectorsMissing
 from memories.selectors import expiring_soon, inactive_reason, iso, turn_to_dict
-from memories.sparse import query_weights
-from memories.threads import turns_after, turns_before
-from memories.vector_index import get_vector_index
-from memories.vectors import VectorHit
 from search import fulltext
 
 logger = logging.getLogger("bhgbrain.search")

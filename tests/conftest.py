@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from django.conf import settings
 
-from memories import embeddings, vector_index
+from memories import embeddings
 from memories.access import tracker
 from memories.embeddings import IDENTITY_CURVE, LocalE5Embedder
-from memories.services import RememberInput, RememberResult, memory_remember
+from memories.indexes import embedded
+from memories.remember import RememberInput, RememberResult, memory_remember
 
 
 class HashEmbedder:
@@ -54,10 +55,10 @@ def _shared_e5() -> LocalE5Embedder:
 
 
 def _use(embedder: Any) -> None:
-    from search.text_index import reset_text_index
+    from search.bm25.text_index import reset_text_index
 
     embeddings.set_embedder(embedder)
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()
     reset_text_index()
 
 
@@ -146,16 +147,16 @@ def remember(content: str, **fields: Any) -> RememberResult:
 @pytest.fixture
 def qdrant(hash_embedder, bhg_config, settings, tmp_path):  # noqa: ANN001, ANN201
     """The store on the Qdrant backend, qdrant-client's local mode in ``tmp_path`` (no text index)."""
-    from memories.qdrant_index import QdrantVectorIndex
-    from search import text_index
+    from memories.indexes.qdrant import QdrantVectorIndex
+    from search.bm25 import text_index
 
     settings.BHGBRAIN_DATA_DIR = tmp_path
     bhg_config.vector_index = "qdrant"
     bhg_config.qdrant.mode = "embedded"
     bhg_config.qdrant.embedded_path = "qdrant"  # relative: inside data_dir
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()
     text_index.reset_text_index()
-    index = vector_index.get_vector_index()
+    index = embedded.get_vector_index()
     assert isinstance(index, QdrantVectorIndex)
     yield index
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()

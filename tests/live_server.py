@@ -115,7 +115,7 @@ class LiveServer:
         return self.home / "config.json"
 
     def command(self, *extra: str) -> list[str]:
-        args = [sys.executable, "-m", "bhgbrain_site.cli", f"--config={self.config_path}", "server", "start", f"--port={self.port}"]
+        args = [sys.executable, "-m", "bhgbrain_site.cli.main", f"--config={self.config_path}", "server", "start", f"--port={self.port}"]
         if not self.scheduler:
             args.append("--no-scheduler")
         if self.workers is not None:

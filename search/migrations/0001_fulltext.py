@@ -28,7 +28,7 @@ def create(apps, schema_editor) -> None:  # noqa: ANN001
 
 def _backfill(schema_editor, memory) -> None:  # noqa: ANN001
     """This migration's own layout (0002 drops the columns never read); the analyzer is today's."""
-    from memories.text import analyze
+    from memories.analyzer import analyze
 
     content = " ".join(analyze(memory.content))
     tags = " ".join(analyze(" ".join(t.replace("-", " ") for t in memory.tags)))

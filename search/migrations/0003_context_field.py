@@ -1,5 +1,5 @@
 """A context field beside each memory's analyzed text: for a threaded memory, its neighbouring
-turns and the date it was said (memories/threads.py); empty for plain memories."""
+turns and the date it was said (memories/conversations.py); empty for plain memories."""
 from __future__ import annotations
 
 from django.db import migrations

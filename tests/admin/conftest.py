@@ -20,7 +20,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Locator, Page, Response, expect, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
-from memories import tokens
+from memories import api_tokens
 
 CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[2]
@@ -97,9 +97,9 @@ def curator() -> User:
 def fresh_token_cache() -> Iterator[None]:
     """Whether scoped tokens exist is cached for 5 s per process: start and end with no cache,
     so no other test sees "auth required" after this test's token is gone."""
-    tokens.reset_token_cache()
+    api_tokens.reset_token_cache()
     yield
-    tokens.reset_token_cache()
+    api_tokens.reset_token_cache()
 
 
 # --------------------------------------------------------------------------- a curator's steps

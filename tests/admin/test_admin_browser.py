@@ -19,7 +19,7 @@ from playwright.sync_api import Page, expect
 
 from categories.models import Category
 from categories.services import category_set
-from memories import tokens
+from memories import api_tokens
 from memories.models import ApiToken, AuditLog, Memory, VectorChange
 from retention.cleanup import retention_cleanup
 from retention.models import ArchivedMemory
@@ -194,17 +194,17 @@ def test_api_token_created_in_the_admin_authenticates(page: Page, live_server, c
     plain = created_token(page)
     row = ApiToken.objects.get()
     assert (row.name, row.namespaces, row.read_only, row.revoked) == ("alice-agent", ["alice"], False, False)
-    assert row.token_hash == tokens.hash_token(plain)
+    assert row.token_hash == api_tokens.hash_token(plain)
     assert row.prefix == plain[:10]
     stored = [str(value) for value in ApiToken.objects.values_list().get()]
     stored += [str(value) for entry in LogEntry.objects.values_list() for value in entry]
     assert not any(plain in value for value in stored)  # only the hash is kept
 
-    principal = tokens.principal_for("Bearer " + plain)
+    principal = api_tokens.principal_for("Bearer " + plain)
     assert principal is not None
     assert (principal.name, principal.namespaces, principal.read_only) == ("alice-agent", frozenset({"alice"}), False)
-    assert tokens.principal_for(None) is None  # a scoped token exists: auth is required now
-    assert tokens.principal_for("Bearer " + plain[:-1] + ("A" if plain[-1] != "A" else "B")) is None
+    assert api_tokens.principal_for(None) is None  # a scoped token exists: auth is required now
+    assert api_tokens.principal_for("Bearer " + plain[:-1] + ("A" if plain[-1] != "A" else "B")) is None
 
     page.reload()  # shown once: the value is gone from the next page
     expect(page.locator("#result_list")).to_contain_text(plain[:10])
@@ -348,7 +348,7 @@ def test_category_name_is_fixed_once_created_and_an_edit_changes_that_category(p
 
 
 def test_api_token_edit_keeps_its_namespaces(page: Page, live_server, curator: User, fresh_token_cache: None) -> None:
-    _, plain = tokens.token_create(name="alice-agent", namespaces=["alice"], read_only=False)
+    _, plain = api_tokens.token_create(name="alice-agent", namespaces=["alice"], read_only=False)
     log_in(page, live_server.url)
     page.goto(f"{live_server.url}{url('Api tokens')}")
     page.locator("#result_list").get_by_role("link", name="alice-agent").click()
@@ -386,12 +386,12 @@ def test_api_token_add_form_offers_no_revoked_box_and_revoking_later_stops_the_t
     page.fill("#id_namespaces", "alice")
     save(page)
     plain = created_token(page)
-    assert tokens.principal_for("Bearer " + plain) is not None
+    assert api_tokens.principal_for("Bearer " + plain) is not None
     page.goto(f"{live_server.url}{url('Api tokens')}{ApiToken.objects.get().pk}/change/")
     page.check("#id_revoked")
     assert save(page).status == 302
     assert ApiToken.objects.get().revoked
-    assert tokens.principal_for("Bearer " + plain) is None
+    assert api_tokens.principal_for("Bearer " + plain) is None
     assert AuditLog.objects.get(operation="TOKEN_REVOKE").client_id == f"admin:{USERNAME}"
 
 
@@ -402,8 +402,7 @@ def test_thread_view_shows_the_transcript_in_order_with_links_and_context(page: 
                                                                         hash_embedder) -> None:
     from datetime import UTC, datetime
 
-    from memories.messages import thread_append
-    from memories.writing import RememberInput
+    from memories.remember import RememberInput, thread_append
 
     start = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
     lines = [("Bob", "Did you book the flights?"), ("Ann", "Yes, we leave on the 14th."), ("Bob", "Great, thanks.")]

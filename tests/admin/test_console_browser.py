@@ -17,7 +17,7 @@ from django.utils import timezone
 from playwright.sync_api import Locator, Page, expect
 
 from categories.services import category_set
-from memories.curators import curator_namespaces, curator_scope_set
+from memories.curation.namespaces import curator_namespaces, curator_scope_set
 from memories.models import AuditLog, CuratorScope, Memory
 from retention.cleanup import retention_cleanup
 from retention.models import ArchivedMemory, BackupRecord
@@ -301,8 +301,7 @@ def test_scoped_curator_cannot_open_another_namespaces_pages_by_url(page: Page, 
 def test_scoped_curator_cannot_read_another_namespaces_thread(page: Page, live_server, charlie: User,
                                                               hash_embedder) -> None:
     """The thread view is a memory list too: alice's curator must not read bob's conversation."""
-    from memories.messages import thread_append
-    from memories.writing import RememberInput
+    from memories.remember import RememberInput, thread_append
 
     thread_append(messages=[RememberInput(content="Bob: the launch code word is heron", namespace="bob",
                                           collection="general", thread="launch", speaker="Bob", message_id="b1")],

@@ -25,8 +25,8 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 from playwright.sync_api import Locator, Page, expect
 
-from memories.curators import curator_scope_set
-from memories.exports import memory_export_columns
+from memories.admin.exports import memory_export_columns
+from memories.curation.namespaces import curator_scope_set
 from memories.models import AuditLog, Collection, Memory, MemoryRevision
 from memories.selectors import memory_to_dict
 from retention.archive import memory_archive

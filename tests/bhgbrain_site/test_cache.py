@@ -13,7 +13,7 @@ from django.db import connection, connections
 from django.test import override_settings
 from django.utils import timezone
 
-from bhgbrain_site.cache import CounterDatabaseCache
+from bhgbrain_site.core.shared_cache import CounterDatabaseCache
 
 TABLE = "bhgbrain_test_counter_cache"
 
@@ -21,7 +21,7 @@ TABLE = "bhgbrain_test_counter_cache"
 @pytest.fixture
 def counter_cache(transactional_db: None) -> Iterator[CounterDatabaseCache]:  # noqa: ARG001 - the fixture gives the database
     caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-              "counter": {"BACKEND": "bhgbrain_site.cache.CounterDatabaseCache", "LOCATION": TABLE}}
+              "counter": {"BACKEND": "bhgbrain_site.core.shared_cache.CounterDatabaseCache", "LOCATION": TABLE}}
     with override_settings(CACHES=caches):
         call_command("createcachetable", verbosity=0)
     yield CounterDatabaseCache(TABLE, {})

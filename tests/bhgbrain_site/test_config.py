@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bhgbrain_site.config import ConfigError, load_config, parse_config, resolve_config_path, sanitize_hostname
+from bhgbrain_site.core.config import ConfigError, load_config, parse_config, resolve_config_path, sanitize_hostname
 
 SEED_KEYS = {
     "data_dir", "device.id", "embedding.provider", "embedding.model", "embedding.api_key_env",
@@ -125,7 +125,7 @@ def test_cli_refuses_an_invalid_config_naming_the_key(tmp_path: Path) -> None:
     path.write_text(json.dumps({"defaults": {"recall_limit": 99}}))
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
     proc = subprocess.run(
-        [sys.executable, "-m", "bhgbrain_site.cli", f"--config={path}", "health"],
+        [sys.executable, "-m", "bhgbrain_site.cli.main", f"--config={path}", "health"],
         capture_output=True, text=True, env=env, timeout=60,
     )
     assert proc.returncode == 2

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bhgbrain_site.cache import SharedCounterCache
+from bhgbrain_site.core.shared_cache import SharedCounterCache
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,7 +91,7 @@ def test_increments_from_several_processes_are_never_lost(tmp_path: Path) -> Non
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(REPO)!r})
-        from bhgbrain_site.cache import SharedCounterCache
+        from bhgbrain_site.core.shared_cache import SharedCounterCache
         counters = SharedCounterCache({str(path)!r}, {{}})
         sys.stdin.readline()  # start together
         counters.add("window", 0, timeout=60)

@@ -1,4 +1,4 @@
-"""The hot endpoints answered on the ASGI level (bhgbrain_site.fast_http), over real HTTP:
+"""The hot endpoints answered on the ASGI level (bhgbrain_site.server.asgi_routes), over real HTTP:
 the same headers, envelopes and access rules as through Django; everything else still Django's."""
 from __future__ import annotations
 

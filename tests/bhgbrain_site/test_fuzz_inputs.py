@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from bhgbrain_site import registry
-from bhgbrain_site.contracts import ERROR_ECHO_MAX
-from bhgbrain_site.errors import DomainError, to_envelope
-from bhgbrain_site.registry import CallContext, Principal
+from bhgbrain_site.core.calls import CallContext, Principal
+from bhgbrain_site.core.contracts import ERROR_ECHO_MAX
+from bhgbrain_site.core.errors import DomainError, to_envelope
 from tests.live_server import LiveServer
 
 pytestmark = pytest.mark.django_db

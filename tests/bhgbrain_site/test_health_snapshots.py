@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from bhgbrain_site import health
-from bhgbrain_site.health import HealthSnapshots
+from bhgbrain_site.server import health
+from bhgbrain_site.server.health import HealthSnapshots
 
 
 class Store:

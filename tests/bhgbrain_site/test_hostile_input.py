@@ -23,9 +23,9 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from bhgbrain_site import registry
-from bhgbrain_site.errors import DomainError
-from bhgbrain_site.registry import CallContext
-from memories import tokens
+from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.core.errors import DomainError
+from memories import api_tokens
 from memories.models import Memory
 from tests.live_server import LiveServer
 
@@ -219,10 +219,10 @@ def test_prompt_injection_content_is_data_returned_byte_for_byte(client: Client)
 @pytest.fixture
 def scoped(client: Client):  # noqa: ANN201
     """Alice's and bob's tokens (from then on every request needs one)."""
-    _, alice = tokens.token_create(name="alice", namespaces=["alice"], read_only=False)
-    _, bob = tokens.token_create(name="bob", namespaces=["bob"], read_only=False)
+    _, alice = api_tokens.token_create(name="alice", namespaces=["alice"], read_only=False)
+    _, bob = api_tokens.token_create(name="bob", namespaces=["bob"], read_only=False)
     yield {"alice": f"Bearer {alice}", "bob": f"Bearer {bob}"}
-    tokens.reset_token_cache()  # the rows roll back; the "tokens exist" answer must not outlive them
+    api_tokens.reset_token_cache()  # the rows roll back; the "tokens exist" answer must not outlive them
 
 
 def test_a_scoped_token_never_sees_another_namespace_whatever_it_sends(client: Client, scoped: dict[str, str]) -> None:

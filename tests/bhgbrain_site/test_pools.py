@@ -8,7 +8,7 @@ from concurrent.futures import CancelledError, wait
 import pytest
 
 from bhgbrain_site import registry
-from bhgbrain_site.pools import LifoThreadPool
+from bhgbrain_site.core.pools import LifoThreadPool
 from tests.conftest import each_thread
 
 TIMEOUT = 10

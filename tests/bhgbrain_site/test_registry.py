@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bhgbrain_site import registry
-from bhgbrain_site.errors import Forbidden, InvalidInput, NotFound
-from bhgbrain_site.registry import CallContext, Principal
+from bhgbrain_site.core.calls import CallContext, Principal
+from bhgbrain_site.core.errors import Forbidden, InvalidInput, NotFound
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db

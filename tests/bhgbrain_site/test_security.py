@@ -66,7 +66,7 @@ def _token(live: LiveServer, *args: str) -> str:
     live.home.mkdir(parents=True, exist_ok=True)
     live.config_path.write_text(json.dumps(live.config))
     proc = subprocess.run(
-        [sys.executable, "-m", "bhgbrain_site.cli", f"--config={live.config_path}", "token", "create", *args],
+        [sys.executable, "-m", "bhgbrain_site.cli.main", f"--config={live.config_path}", "token", "create", *args],
         capture_output=True, text=True, env=server_env(), timeout=60,
     )
     assert proc.returncode == 0, proc.stderr

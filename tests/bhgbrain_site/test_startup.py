@@ -11,7 +11,7 @@ import pytest
 from django.contrib import admin
 from django.db.migrations.recorder import MigrationRecorder
 
-from bhgbrain_site.cli import store_is_current
+from bhgbrain_site.cli.main import store_is_current
 from memories.models import Memory
 from tests.live_server import server_env
 
@@ -26,7 +26,7 @@ _DISCOVERY = textwrap.dedent("""
     django.setup()
     from django.contrib import admin
     from memories.models import Memory
-    at_start = "memories.admin" in sys.modules
+    at_start = "memories.admin.model_admins" in sys.modules
     import bhgbrain_site.urls  # noqa: F401 - a process that loads the URLs serves the admin
     print(json.dumps({"at_start": at_start, "after_urls": admin.site.is_registered(Memory)}))
 """)
@@ -64,6 +64,6 @@ def test_a_store_without_its_cache_table_is_not_current(settings) -> None:  # no
 def test_a_store_without_the_table_of_several_workers_rate_limits_is_not_current(settings) -> None:  # noqa: ANN001
     """A store migrated while one worker served it has no rate-limit table; started with several
     workers (our counter-safe database cache) it must be brought up to date, not served as is."""
-    settings.CACHES = {**settings.CACHES, "ratelimit": {"BACKEND": "bhgbrain_site.cache.CounterDatabaseCache",
+    settings.CACHES = {**settings.CACHES, "ratelimit": {"BACKEND": "bhgbrain_site.core.shared_cache.CounterDatabaseCache",
                                                         "LOCATION": "bhgbrain_no_such_table"}}
     assert not store_is_current()

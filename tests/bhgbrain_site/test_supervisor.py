@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bhgbrain_site.supervisor import GRACE_SECONDS
+from bhgbrain_site.server.scheduler_keeper import GRACE_SECONDS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -31,7 +31,7 @@ STUBBORN = textwrap.dedent(
 SERVER = textwrap.dedent(
     """
     import subprocess, sys, time
-    keeper = subprocess.Popen([sys.executable, "-m", "bhgbrain_site.supervisor", "--", sys.executable, "-c", sys.argv[1]])
+    keeper = subprocess.Popen([sys.executable, "-m", "bhgbrain_site.server.scheduler_keeper", "--", sys.executable, "-c", sys.argv[1]])
     print(keeper.pid, flush=True)
     time.sleep(300)
     """
@@ -83,7 +83,7 @@ def test_a_stopping_server_ends_the_group(tmp_path: Path) -> None:
 
 def test_a_cluster_that_exits_ends_the_keeper_with_its_code() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bhgbrain_site.supervisor", "--", sys.executable, "-c", "raise SystemExit(3)"],
+        [sys.executable, "-m", "bhgbrain_site.server.scheduler_keeper", "--", sys.executable, "-c", "raise SystemExit(3)"],
         cwd=Path(__file__).parents[2], timeout=30,
     )
     assert done.returncode == 3

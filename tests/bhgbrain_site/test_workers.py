@@ -188,7 +188,7 @@ def test_c_an_mcp_session_works_when_its_requests_reach_both_workers(server: Liv
 
 def test_c_kept_alive_connections_are_shared_out_between_the_workers(server: LiveServer) -> None:
     """Agents connecting one after another: each new connection goes to the worker serving fewer
-    (bhgbrain_site.accept). Left to chance, 16 connections strayed 4-6 ahead on one worker in 13
+    (bhgbrain_site.server.accept). Left to chance, 16 connections strayed 4-6 ahead on one worker in 13
     of 15 tries, and 7 of 8 once landed on one worker."""
     clients = [httpx.Client(base_url=server.url, timeout=60) for _ in range(16)]
     try:
@@ -210,7 +210,7 @@ def test_d_the_scheduler_runs_once_not_once_per_worker(server: LiveServer) -> No
     table = _processes()
     children = {pid: table[pid][2] for pid, (ppid, _, _) in table.items() if ppid == server.proc.pid}
     workers = [pid for pid, cmd in children.items() if "spawn_main" in cmd]
-    keepers = [pid for pid, cmd in children.items() if "bhgbrain_site.supervisor" in cmd]
+    keepers = [pid for pid, cmd in children.items() if "bhgbrain_site.server.scheduler_keeper" in cmd]
     assert len(workers) == 2 and len(keepers) == 1, children
     cluster = [pid for pid in _descendants(table, server.proc.pid) if "qcluster" in table[pid][2] and pid not in keepers]
     assert cluster and len({table[pid][1] for pid in cluster}) == 1  # one django-q2 cluster: one process group

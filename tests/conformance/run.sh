@@ -32,7 +32,7 @@ export PATH="$PREFIX/node_modules/.bin:$PATH"  # node@22's `node` first: the sui
 home=$(mktemp -d)
 port=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 echo '{}' > "$home/config.json"
-"$PYTHON" -m bhgbrain_site.cli --config="$home/config.json" server start --port="$port" --no-scheduler \
+"$PYTHON" -m bhgbrain_site.cli.main --config="$home/config.json" server start --port="$port" --no-scheduler \
   > "$home/server.out" 2> "$home/server.err" &
 server=$!
 cleanup() { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$home"; }

@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def cli(home: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     """Start ``bhgbrain --config=HOME/config.json ARGS`` as its own process on the store."""
-    command = [sys.executable, "-m", "bhgbrain_site.cli", f"--config={home / 'config.json'}", *args]
+    command = [sys.executable, "-m", "bhgbrain_site.cli.main", f"--config={home / 'config.json'}", *args]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=server_env(env), cwd=ROOT)
 

@@ -23,8 +23,8 @@ def _seed(namespace: str, count: int, expired: int) -> list[str]:
     from django.db import transaction
     from django.utils import timezone
 
-    from memories import changes
-    from memories.services import RememberInput, memory_remember
+    from memories import funnel
+    from memories.remember import RememberInput, memory_remember
 
     ids = []
     for i in range(count):
@@ -33,7 +33,7 @@ def _seed(namespace: str, count: int, expired: int) -> list[str]:
                                    actor="seed").id)
     now = timezone.now()
     with transaction.atomic():
-        changes.memories_updated([uuid.UUID(i) for i in ids[:expired]], {"expires_at": now - timedelta(days=1)},
+        funnel.memories_updated([uuid.UUID(i) for i in ids[:expired]], {"expires_at": now - timedelta(days=1)},
                                  audit=None, at=now)
     return ids
 
@@ -52,7 +52,7 @@ def main(task: str, *args: str) -> Any:
     import django
 
     django.setup()
-    from bhgbrain_site.cli import migrate_store
+    from bhgbrain_site.cli.main import migrate_store
 
     migrate_store()  # as every bhgbrain command does first
     if task == "vector_sync":

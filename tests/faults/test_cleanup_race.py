@@ -18,7 +18,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from memories import changes
+from memories import funnel
 from memories.models import AuditLog, Memory
 from retention.cleanup import retention_cleanup
 from retention.models import ArchivedMemory
@@ -33,7 +33,7 @@ def _due(ids: list[str]) -> None:
     """Make these memories expired (yesterday), through the write funnel."""
     now = timezone.now()
     with transaction.atomic():
-        changes.memories_updated([uuid.UUID(i) for i in ids], {"expires_at": now - timedelta(days=1)}, audit=None, at=now)
+        funnel.memories_updated([uuid.UUID(i) for i in ids], {"expires_at": now - timedelta(days=1)}, audit=None, at=now)
 
 
 @pytest.mark.django_db(transaction=True)

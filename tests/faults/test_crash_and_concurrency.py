@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from memories.normalize import checksum, normalize_content
+from memories.pipeline.normalize import checksum, normalize_content
 from tests.faults.conftest import cli, id_column, id_hex, query
 from tests.live_server import LiveServer
 

@@ -21,15 +21,16 @@ import httpx
 import numpy as np
 import pytest
 
-from bhgbrain_site.errors import EmbeddingUnavailable
-from memories import embeddings, vector_index
+from bhgbrain_site.core.errors import EmbeddingUnavailable
+from memories import embeddings
 from memories.embeddings import LocalE5Embedder
-from memories.messages import thread_append
+from memories.indexes import embedded
 from memories.models import AuditLog, Memory, VectorChange
-from memories.services import RememberInput, memories_index_catch_up, memory_forget
+from memories.remember import RememberInput, thread_append
+from memories.services import memories_index_catch_up, memory_forget
 from retention.selectors import store_health
+from search.bm25.text_index import reset_text_index
 from search.selectors import memories_search
-from search.text_index import reset_text_index
 from tests.conftest import remember
 from tests.faults.conftest import finished, store_task
 from tests.live_server import LiveServer
@@ -89,7 +90,7 @@ class SwitchedEmbedder:
 def provider(e5: LocalE5Embedder) -> Iterator[SwitchedEmbedder]:
     switched = SwitchedEmbedder(e5)
     embeddings.set_embedder(switched)
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()
     reset_text_index()
     yield switched
     switched.down.clear()
@@ -174,7 +175,7 @@ def test_a_memory_changed_or_forgotten_while_the_catch_up_embeds_it(provider: Sw
     """The catch-up embeds outside any transaction (embedding is slow): a memory edited meanwhile
     must not get its old words' vector marked as synced, and one forgotten meanwhile must not stop
     the run."""
-    from memories.curation import memory_edit
+    from memories.curation.edits import memory_edit
 
     provider.down.set()
     ids = {content: remember(content, namespace=NS).id for content in DURING}

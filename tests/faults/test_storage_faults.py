@@ -275,7 +275,7 @@ BACKUP_MEMORIES = 12_000
 def _big_backup(path: Path, count: int) -> None:
     """A .bhgb file (the product's format) holding ``count`` memories, written directly: thousands
     of remember calls would take minutes."""
-    from retention.backup_format import FORMAT_VERSION, SCHEMA, sha256_of
+    from retention.backups.bhgb_format import FORMAT_VERSION, SCHEMA, sha256_of
 
     db_path = path.with_suffix(".sqlite3")
     db = sqlite3.connect(db_path)
@@ -300,7 +300,7 @@ def _big_backup(path: Path, count: int) -> None:
 def _restore_on_a_terminal(home: Path, backup: Path) -> tuple[subprocess.Popen[bytes], int]:
     """``bhgbrain backup restore`` with stderr on a pseudo-terminal, so it draws its progress bar."""
     primary, secondary = pty.openpty()
-    command = [sys.executable, "-m", "bhgbrain_site.cli", f"--config={home / 'config.json'}", "backup", "restore", str(backup)]
+    command = [sys.executable, "-m", "bhgbrain_site.cli.main", f"--config={home / 'config.json'}", "backup", "restore", str(backup)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=secondary, env=server_env({}),
                             cwd=Path(__file__).resolve().parents[2])
     os.close(secondary)

@@ -226,7 +226,7 @@ def _check(seen: dict[str, Any]) -> None:
 def test_stdio_session_sees_metadata_prompts_and_completions(tmp_path: Path) -> None:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "bhgbrain_site.cli", f"--config={tmp_path / 'config.json'}", "server", "start", "--stdio"],
+        args=["-m", "bhgbrain_site.cli.main", f"--config={tmp_path / 'config.json'}", "server", "start", "--stdio"],
         env=server_env(), cwd=str(Path(__file__).resolve().parents[2]),
     )
 
@@ -254,7 +254,7 @@ def test_streamable_http_session_sees_metadata_prompts_and_completions(tmp_path:
 
 def _token(live: LiveServer, namespace: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "bhgbrain_site.cli", f"--config={live.config_path}", "token", "create",
+        [sys.executable, "-m", "bhgbrain_site.cli.main", f"--config={live.config_path}", "token", "create",
          "--namespace", namespace, "--name", namespace],
         capture_output=True, text=True, env=server_env(), timeout=60,
     )

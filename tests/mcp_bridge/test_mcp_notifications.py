@@ -54,7 +54,7 @@ class Heard:
 
 def _cli(config: Path, *args: str) -> str:
     """The CLI in a process of its own (another writer than the server)."""
-    proc = subprocess.run([sys.executable, "-m", "bhgbrain_site.cli", f"--config={config}", *args], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "bhgbrain_site.cli.main", f"--config={config}", *args], capture_output=True,
                           text=True, env=server_env(), cwd=str(ROOT), timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
@@ -63,7 +63,7 @@ def _cli(config: Path, *args: str) -> str:
 @contextlib.asynccontextmanager
 async def _stdio(home: Path, heard: Heard) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "bhgbrain_site.cli", f"--config={home / 'config.json'}", "server", "start", "--stdio"],
+                                   args=["-m", "bhgbrain_site.cli.main", f"--config={home / 'config.json'}", "server", "start", "--stdio"],
                                    env=server_env(), cwd=str(ROOT))
     async with stdio_client(params) as (read, write), \
             ClientSession(read, write, logging_callback=heard.log, message_handler=heard.message) as client:

@@ -121,7 +121,7 @@ def _stdio_params(home: Path) -> StdioServerParameters:
     home.mkdir(parents=True, exist_ok=True)
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "bhgbrain_site.cli", f"--config={home / 'config.json'}", "server", "start", "--stdio"],
+        args=["-m", "bhgbrain_site.cli.main", f"--config={home / 'config.json'}", "server", "start", "--stdio"],
         env=server_env(), cwd=str(Path(__file__).resolve().parents[2]),
     )
 

@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 
 from bhgbrain_site import registry
-from bhgbrain_site.registry import CallContext
+from bhgbrain_site.core.calls import CallContext
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from bhgbrain_site.errors import InvalidInput
-from bhgbrain_site.registry import CallContext, call_tool, get_operation
+from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.core.errors import InvalidInput
+from bhgbrain_site.registry import call_tool, get_operation
 from memories.access import tracker
 from tests.conftest import remember
 

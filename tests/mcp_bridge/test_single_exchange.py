@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from bhgbrain_site.registry import Principal
+from bhgbrain_site.core.calls import Principal
 from mcp_bridge import single_exchange
-from mcp_bridge.events import http_app
 from mcp_bridge.server import PRINCIPAL_SCOPE_KEY, build_server
+from mcp_bridge.streamable_http import http_app
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

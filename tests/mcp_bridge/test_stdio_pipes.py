@@ -23,7 +23,7 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
 def _command(home: Path) -> list[str]:
-    return [sys.executable, "-m", "bhgbrain_site.cli", f"--config={home / 'config.json'}", "server", "start", "--stdio"]
+    return [sys.executable, "-m", "bhgbrain_site.cli.main", f"--config={home / 'config.json'}", "server", "start", "--stdio"]
 
 
 def _call(call_id: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""HNSW graphs of the large partitions (memories/ann.py) and their use by the embedded index."""
+"""HNSW graphs of the large partitions (memories/indexes/hnsw.py) and their use by the embedded index."""
 from __future__ import annotations
 
 import os
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from memories import ann
-from memories.row_ids import RowIds
-from memories.vector_index import EmbeddedVectorIndex
+from memories.indexes import hnsw
+from memories.indexes.embedded import EmbeddedVectorIndex
+from memories.indexes.row_ids import RowIds
 
 DIMS = 48
 
@@ -27,21 +27,21 @@ def _clustered(rng: np.random.Generator, count: int, centres: np.ndarray) -> np.
 
 @pytest.fixture
 def small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 1_000)
-    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 1_000)
+    monkeypatch.setattr(hnsw, "ANN_MIN_ROWS", 1_000)
+    monkeypatch.setattr(hnsw, "GRAPH_MIN_ROWS", 1_000)
 
 
 @pytest.fixture
 def graph_searches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts graph walks, so a test knows the graph (not a fallback scan) answered."""
     calls: list[int] = []
-    original = ann.AnnIndex._graph_search  # noqa: SLF001 - wrapped, not replaced
+    original = hnsw.AnnIndex._graph_search  # noqa: SLF001 - wrapped, not replaced
 
     def counted(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         calls.append(1)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(ann.AnnIndex, "_graph_search", counted)
+    monkeypatch.setattr(hnsw.AnnIndex, "_graph_search", counted)
     return calls
 
 
@@ -124,7 +124,7 @@ def test_expired_rows_are_skipped_and_the_result_stays_full(small_threshold: Non
 def _graph_index(rng: np.random.Generator, count: int, centres: np.ndarray):  # noqa: ANN202
     matrix = _clustered(rng, count, centres)
     lock = threading.RLock()
-    index = ann.AnnIndex(DIMS, lock, lambda rows: matrix[rows])
+    index = hnsw.AnnIndex(DIMS, lock, lambda rows: matrix[rows])
     for row in range(len(matrix)):
         index.put(row, (0, 0, False))
     return index, matrix, lock
@@ -173,7 +173,7 @@ def test_changes_after_and_during_a_build_are_reflected(small_threshold: None) -
             index.drop(7)
         return np.concatenate([matrix, extra])[rows]
 
-    index = ann.AnnIndex(DIMS, lock, vectors)
+    index = hnsw.AnnIndex(DIMS, lock, vectors)
     for row in range(len(matrix)):
         index.put(row, (0, 0, False))
     allowed, candidates = np.ones(3_010, dtype=bool), np.arange(3_010)
@@ -205,12 +205,12 @@ def _one_built_graph(seed: int):  # noqa: ANN202
     return rng, centres, index, matrix, lock
 
 
-def _saved(index: ann.AnnIndex, folder: Path) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
+def _saved(index: hnsw.AnnIndex, folder: Path) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
     """What a snapshot writer does with a capture: the arrays kept, each graph saved to a file."""
     captured = index.capture()
     files = {}
     for name, graph in captured.graphs.items():
-        ann.save_graph(graph, folder / name)
+        hnsw.save_graph(graph, folder / name)
         files[name] = folder / name
     return captured.arrays, files
 
@@ -222,7 +222,7 @@ def test_a_captured_index_opens_with_mapped_graphs_and_identical_results(small_t
     index.drop(17)
     arrays, files = _saved(index, tmp_path)
     assert all(isinstance(value, np.ndarray) for value in arrays.values()) and len(files) == 1
-    copy = ann.AnnIndex.opened(arrays, files, DIMS, lock, lambda rows: matrix[rows])
+    copy = hnsw.AnnIndex.opened(arrays, files, DIMS, lock, lambda rows: matrix[rows])
     assert copy.graphs() == 1 and copy.dirty() == 2
     for query in [*_clustered(rng, 20, centres), matrix[1], matrix[17]]:
         with lock:
@@ -235,15 +235,15 @@ def test_a_captured_index_opens_with_mapped_graphs_and_identical_results(small_t
     assert linked[next(iter(files))].stat().st_ino == files[next(iter(files))].stat().st_ino
     bad = dict(arrays, part_of=arrays["part_of"][:10])
     with pytest.raises(ValueError):
-        ann.AnnIndex.opened(bad, files, DIMS, lock, lambda rows: matrix[rows])
+        hnsw.AnnIndex.opened(bad, files, DIMS, lock, lambda rows: matrix[rows])
     with pytest.raises(ValueError):
-        ann.AnnIndex.opened(arrays, files, DIMS + 1, lock, lambda rows: matrix[rows])
+        hnsw.AnnIndex.opened(arrays, files, DIMS + 1, lock, lambda rows: matrix[rows])
 
 
 def test_many_changes_refresh_the_graph_and_results_stay_exact(small_threshold: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Dirty rows past the threshold start a refresh: a copy of the graph with them applied
     replaces it, the dirty set empties, and the shortlist still holds the exact best rows."""
-    monkeypatch.setattr(ann, "REFRESH_MIN_DIRTY", 200)
+    monkeypatch.setattr(hnsw, "REFRESH_MIN_DIRTY", 200)
     rng, centres, index, matrix, lock = _one_built_graph(23)
     candidates, allowed = np.arange(3_000), np.ones(3_000, dtype=bool)
     first = index._parts[0].graph  # noqa: SLF001

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from bhgbrain_site.errors import Forbidden, InvalidInput, NotFound
-from bhgbrain_site.registry import CallContext, Principal, call_tool
+from bhgbrain_site.core.calls import CallContext, Principal
+from bhgbrain_site.core.errors import Forbidden, InvalidInput, NotFound
+from bhgbrain_site.registry import call_tool
 from categories.models import Category
 from categories.services import category_set
+from memories.indexes.embedded import EmbeddedVectorIndex
 from memories.models import AuditLog, Memory, MemoryRevision
 from memories.services import memories_vector_sync, memory_forget
-from memories.vector_index import EmbeddedVectorIndex
-from retention import backup_export, backup_format, backup_import
+from retention.backups import bhgb_format, create, restore
 from retention.models import ArchivedMemory, BackupRecord
 from search.selectors import memories_search
 from tests.conftest import remember
@@ -45,7 +46,7 @@ def _container(path: Path) -> tuple[dict, bytes]:
 def test_create_writes_a_checksummed_container_and_lists_it(hash_embedder, tmp_path: Path) -> None:
     remember("The billing service retries webhooks three times")
     remember("Alice owns the deploy pipeline", namespace="team")
-    info = backup_export.backup_create(actor="test")
+    info = create.backup_create(actor="test")
     path = Path(info.path)
     assert path.parent == tmp_path / "backups" and path.suffix == ".bhgb"
     header, db_bytes = _container(path)
@@ -57,7 +58,7 @@ def test_create_writes_a_checksummed_container_and_lists_it(hash_embedder, tmp_p
     assert AuditLog.objects.filter(operation="BACKUP").count() == 1
     copied = tmp_path / "backups" / "from-another-machine.bhgb"
     copied.write_bytes(path.read_bytes())
-    listed = [b.path for b in backup_format.backups_list()]
+    listed = [b.path for b in bhgb_format.backups_list()]
     assert set(listed) == {info.path, str(copied)}
     assert not list((tmp_path / "backups").glob(".partial-*"))  # nothing half-written is left
 
@@ -69,14 +70,14 @@ def test_restore_is_lossless_live_and_undoable(hash_embedder) -> None:
     category_set(namespace="global", name="values", slot="company-values", content="Safety first", actor="test")
     before = {m.id: (m.content, m.tags, bytes(m.embedding), m.retention_tier, m.expires_at) for m in Memory.objects.all()}
     revisions = MemoryRevision.objects.count()
-    saved = backup_export.backup_create(actor="test")
+    saved = create.backup_create(actor="test")
 
     memory_forget(memory_id=forgotten.id, namespace="infra", actor="test")
     added = remember("A memory written after the backup")
     category_set(namespace="global", name="values", slot="company-values", content="Speed first", actor="test")
     assert _search("staging cluster", namespace="infra") == []
 
-    result = backup_import.backup_restore(path=saved.path, actor="test")
+    result = restore.backup_restore(path=saved.path, actor="test")
 
     assert result["activated"] is True and result["memory_count"] == 3 and result["vectors_pending"] == 0
     after = {m.id: (m.content, m.tags, bytes(m.embedding), m.retention_tier, m.expires_at) for m in Memory.objects.all()}
@@ -89,7 +90,7 @@ def test_restore_is_lossless_live_and_undoable(hash_embedder) -> None:
     assert kept.id in _search("Tuesdays release review")
     assert AuditLog.objects.filter(operation="RESTORE").count() == 1
 
-    undo = backup_import.backup_restore(path=result["previous_backup"], actor="test")  # the pre-restore snapshot
+    undo = restore.backup_restore(path=result["previous_backup"], actor="test")  # the pre-restore snapshot
     assert undo["memory_count"] == 3
     assert Memory.objects.filter(id=added.id).exists() and not Memory.objects.filter(id=forgotten.id).exists()
     assert Category.objects.get(namespace="global", name="values").content == "Speed first"
@@ -97,12 +98,12 @@ def test_restore_is_lossless_live_and_undoable(hash_embedder) -> None:
 
 def test_another_process_index_sees_the_restore(hash_embedder) -> None:
     first = remember("Rotate the signing keys every ninety days")
-    saved = backup_export.backup_create(actor="test")
+    saved = create.backup_create(actor="test")
     memory_forget(memory_id=first.id, namespace=None, actor="test")
     later = remember("Backups are kept for thirty days")
     other = EmbeddedVectorIndex(hash_embedder.model_id, hash_embedder.dimensions)  # loaded before the restore
     assert other.size() == 1
-    backup_import.backup_restore(path=saved.path, actor="test")
+    restore.backup_restore(path=saved.path, actor="test")
     hits = other.search(hash_embedder.embed_query("Rotate the signing keys every ninety days"), namespace="global",
                         collection=None, limit=5, now=timezone.now())
     assert [h.memory_id for h in hits] == [first.id]
@@ -111,55 +112,55 @@ def test_another_process_index_sees_the_restore(hash_embedder) -> None:
 
 def test_a_corrupt_backup_is_refused_and_nothing_is_lost(hash_embedder) -> None:
     remember("Snapshot me")
-    saved = Path(backup_export.backup_create(actor="test").path)
+    saved = Path(create.backup_create(actor="test").path)
     remember("Written after the snapshot")
     raw = bytearray(saved.read_bytes())
     raw[-100] ^= 0xFF
     saved.write_bytes(bytes(raw))
     with pytest.raises(InvalidInput, match="Backup integrity check failed"):
-        backup_import.backup_restore(path=str(saved), actor="test")
+        restore.backup_restore(path=str(saved), actor="test")
     assert Memory.objects.count() == 2
-    assert len(backup_format.backups_list()) == 1  # no pre-restore snapshot was taken for a refused file
+    assert len(bhgb_format.backups_list()) == 1  # no pre-restore snapshot was taken for a refused file
 
 
 @pytest.mark.parametrize("payload", [b"", b"\x05\x00\x00\x00{bad", b"\xff\xff\xff\xff", b"\x02\x00\x00\x00[]"])
 def test_files_that_are_not_backups_are_refused(payload: bytes, tmp_path: Path) -> None:
-    path = backup_format.backups_dir() / "junk.bhgb"
+    path = bhgb_format.backups_dir() / "junk.bhgb"
     path.write_bytes(payload)
     with pytest.raises(InvalidInput, match="Not a BHGBrain backup"):
-        backup_import.backup_restore(path=str(path), actor="test")
+        restore.backup_restore(path=str(path), actor="test")
 
 
 def test_a_valid_container_around_something_else_is_refused() -> None:
     body = b"definitely not sqlite" * 10
     header = json.dumps({"version": 1, "checksum": hashlib.sha256(body).hexdigest()}).encode()
-    path = backup_format.backups_dir() / "fake.bhgb"
+    path = bhgb_format.backups_dir() / "fake.bhgb"
     path.write_bytes(struct.pack("<I", len(header)) + header + body)
     with pytest.raises(InvalidInput, match="not an SQLite database"):
-        backup_import.backup_restore(path=str(path), actor="test")
+        restore.backup_restore(path=str(path), actor="test")
 
 
 def test_restore_paths_are_confined_to_the_backups_folder(tmp_path: Path, hash_embedder) -> None:
     with pytest.raises(InvalidInput, match="absolute"):
-        backup_import.backup_restore(path="backups/x.bhgb", actor="test")
+        restore.backup_restore(path="backups/x.bhgb", actor="test")
     with pytest.raises(InvalidInput, match=".bhgb"):
-        backup_import.backup_restore(path="/etc/passwd", actor="test")
+        restore.backup_restore(path="/etc/passwd", actor="test")
     outside = tmp_path / "elsewhere.bhgb"
-    outside.write_bytes(Path(backup_export.backup_create(actor="test").path).read_bytes())
+    outside.write_bytes(Path(create.backup_create(actor="test").path).read_bytes())
     with pytest.raises(InvalidInput, match="only"):
-        backup_import.backup_restore(path=str(outside), actor="test")
+        restore.backup_restore(path=str(outside), actor="test")
     with pytest.raises(InvalidInput, match="only"):
-        backup_import.backup_restore(path=str(backup_format.backups_dir() / ".." / "elsewhere.bhgb"), actor="test")
+        restore.backup_restore(path=str(bhgb_format.backups_dir() / ".." / "elsewhere.bhgb"), actor="test")
     with pytest.raises(NotFound):
-        backup_import.backup_restore(path=str(backup_format.backups_dir() / "missing.bhgb"), actor="test")
-    assert backup_import.backup_restore(path=str(outside), actor="cli", allow_any_path=True)["activated"] is True
+        restore.backup_restore(path=str(bhgb_format.backups_dir() / "missing.bhgb"), actor="test")
+    assert restore.backup_restore(path=str(outside), actor="cli", allow_any_path=True)["activated"] is True
 
 
 def test_only_one_restore_runs_at_a_time(hash_embedder) -> None:
-    saved = backup_export.backup_create(actor="test")
-    with backup_import.exclusive_restore():  # a restore in progress
+    saved = create.backup_create(actor="test")
+    with restore.exclusive_restore():  # a restore in progress
         with pytest.raises(InvalidInput, match="already in progress"):
-            backup_import.backup_restore(path=saved.path, actor="test")
+            restore.backup_restore(path=saved.path, actor="test")
 
 
 def _original_backup(path: Path) -> None:
@@ -208,9 +209,9 @@ def _original_backup(path: Path) -> None:
 
 
 def test_a_backup_of_the_original_bhgbrain_restores(hash_embedder) -> None:
-    path = backup_format.backups_dir() / "original-1.4.bhgb"
+    path = bhgb_format.backups_dir() / "original-1.4.bhgb"
     _original_backup(path)
-    result = backup_import.backup_restore(path=str(path), actor="test")
+    result = restore.backup_restore(path=str(path), actor="test")
     assert result["memory_count"] == 1 and result["duplicates_skipped"] == 1 and result["vectors_pending"] == 1
     memory = Memory.objects.get()
     assert memory.tags == ["gateway"] and memory.retention_tier == "T1" and memory.access_count == 4

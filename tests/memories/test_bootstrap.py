@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from bhgbrain_site.errors import InvalidInput
-from bhgbrain_site.registry import CallContext, call_tool
+from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.core.errors import InvalidInput
+from bhgbrain_site.registry import call_tool
 from memories.models import Memory
 
 pytestmark = pytest.mark.django_db

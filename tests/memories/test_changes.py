@@ -1,5 +1,5 @@
 """The write funnel: every write path reaches a registered indexer, the audit log and the change
-feed through memories.changes, and an index failure after commit only flags rows."""
+feed through memories.funnel, and an index failure after commit only flags rows."""
 from __future__ import annotations
 
 import uuid
@@ -10,14 +10,15 @@ import pytest
 from django.utils import timezone
 
 from categories.services import category_set
-from memories import changes, vector_index
+from memories import funnel
 from memories.access import memories_record_access
-from memories.curation import memory_edit
+from memories.curation.edits import memory_edit
+from memories.indexes import embedded
 from memories.models import AuditLog, Memory, VectorChange
 from memories.services import collection_delete, memory_forget, memory_tag
 from retention.archive import archive_restore
-from retention.backup_export import backup_create
-from retention.backup_import import backup_restore
+from retention.backups.create import backup_create
+from retention.backups.restore import backup_restore
 from retention.cleanup import retention_cleanup
 from tests.conftest import remember
 
@@ -47,9 +48,9 @@ class RecordingIndexer:
 @pytest.fixture
 def indexer() -> Iterator[RecordingIndexer]:
     recording = RecordingIndexer()
-    changes.register_indexer(recording)
+    funnel.register_indexer(recording)
     yield recording
-    changes._indexers.remove(recording)  # noqa: SLF001 - undo this test's registration
+    funnel._indexers.remove(recording)  # noqa: SLF001 - undo this test's registration
 
 
 def test_every_write_path_reaches_a_registered_index(indexer: RecordingIndexer, hash_embedder, bhg_config) -> None:
@@ -103,7 +104,7 @@ def test_writes_that_change_no_memory_are_audited_by_the_funnel_helper(hash_embe
 
 def test_an_index_failure_after_commit_flags_the_row_and_loses_nothing(hash_embedder, monkeypatch: pytest.MonkeyPatch,
                                                                         django_capture_on_commit_callbacks) -> None:
-    index = vector_index.get_vector_index()
+    index = embedded.get_vector_index()
     assert index is not None
 
     def broken(memory: Memory, *, change_id: int | None = None) -> None:

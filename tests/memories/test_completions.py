@@ -9,7 +9,8 @@ from django.db import connection
 from memories import completions
 from memories.models import MemoryTag
 from memories.services import collection_delete, memory_forget, memory_tag
-from retention import archive, backup_export, backup_import
+from retention import archive
+from retention.backups import create, restore
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +29,7 @@ def test_the_tag_index_follows_every_write(hash_embedder) -> None:
     assert _tags() == ["ci", "release"]
     archive.memory_archive(memory_id=first.id, actor="test")
     assert _tags() == ["ci"]  # an archived memory's tags leave the index
-    saved = backup_export.backup_create(actor="test")
+    saved = create.backup_create(actor="test")
     scratch = remember("Scratch", tags=["tmp"], collection="scratch")
     assert _tags(prefix="t") == ["tmp"]
     collection_delete(namespace="global", name="scratch", force=True, actor="test")
@@ -36,7 +37,7 @@ def test_the_tag_index_follows_every_write(hash_embedder) -> None:
     other = remember("Gone soon", tags=["gone"])
     memory_forget(memory_id=other.id, namespace="global", actor="test")
     assert "gone" not in _tags()
-    backup_import.backup_restore(path=saved.path, actor="test")
+    restore.backup_restore(path=saved.path, actor="test")
     assert _tags() == ["ci"] and _tags("other") == ["secret"]  # rebuilt from the restored store
     assert scratch.id not in {str(m) for m in MemoryTag.objects.values_list("memory_id", flat=True)}
 

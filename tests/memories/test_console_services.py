@@ -1,4 +1,4 @@
-"""The curation services behind the console's actions (memories/curation.py): the same rules as
+"""The curation services behind the console's actions (memories/curation/edits.py): the same rules as
 the tools, one audit row each, nothing written when nothing changes."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
-from memories.curation import (
+from bhgbrain_site.core.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
+from memories.curation.edits import (
     memory_extend_expiry,
     memory_keep,
     memory_move,

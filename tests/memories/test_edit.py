@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from bhgbrain_site.errors import Conflict, InvalidInput
-from memories.curation import memory_edit
+from bhgbrain_site.core.errors import Conflict, InvalidInput
+from memories.curation.edits import memory_edit
 from memories.models import AuditLog, Memory
 from tests.conftest import remember
 

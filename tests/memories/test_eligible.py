@@ -1,4 +1,4 @@
-"""The cache of the rows a kind of search may return (memories/eligible.py)."""
+"""The cache of the rows a kind of search may return (memories/indexes/eligible.py)."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 
-from memories.eligible import KINDS_KEPT, EligibleRows
+from memories.indexes.eligible import KINDS_KEPT, EligibleRows
 
 
 def _rows(ns: list[int], live: list[float]):  # noqa: ANN202

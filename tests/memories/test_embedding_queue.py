@@ -115,7 +115,7 @@ def test_the_cache_forgets_the_least_recently_used_query_first() -> None:
 def test_the_model_thread_reports_its_busy_and_waiting_time_to_metrics() -> None:
     from prometheus_client import generate_latest
 
-    from bhgbrain_site.metrics import metrics
+    from bhgbrain_site.core.metrics import metrics
 
     def seconds() -> float:
         text = generate_latest(metrics.registry).decode()

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bhgbrain_site.config import EmbeddingConfig
-from bhgbrain_site.errors import EmbeddingUnavailable
+from bhgbrain_site.core.config import EmbeddingConfig
+from bhgbrain_site.core.errors import EmbeddingUnavailable
 from memories.dedup import tier_thresholds
 from memories.embeddings import (
     E5_SMALL_CURVE,
@@ -195,7 +195,7 @@ index.add(np.arange(4), np.eye(4, 8, dtype=np.float32))
 index.search(np.ones(8, dtype=np.float32), 2)
 import django
 django.setup()
-from bhgbrain_site.config import EmbeddingConfig
+from bhgbrain_site.core.config import EmbeddingConfig
 from memories.embeddings import LocalE5Embedder, ModelThread
 embedder = LocalE5Embedder(EmbeddingConfig(threads=int(sys.argv[1])))
 before = len(os.listdir("/proc/self/task"))

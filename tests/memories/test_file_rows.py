@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memories import file_rows
-from memories.file_rows import FileRows
+from memories.indexes import file_rows
+from memories.indexes.file_rows import FileRows
 
 
 def _mapped(tmp_path: Path, rows: int = 3000, dims: int = 384) -> tuple[np.ndarray, np.ndarray]:

@@ -1,15 +1,15 @@
-"""Every dedup merge keeps a revision; undo puts the memory back as it was (memories/merges.py)."""
+"""Every dedup merge keeps a revision; undo puts the memory back as it was (memories/curation/merges.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bhgbrain_site.errors import Conflict, NotFound
-from memories.curation import memory_edit
+from bhgbrain_site.core.errors import Conflict, NotFound
+from memories.conversations import passage
+from memories.curation.edits import memory_edit
+from memories.curation.merges import memory_undo_merge, merges_for_review, word_diff
 from memories.embeddings import from_bytes
-from memories.merges import memory_undo_merge, merges_for_review, word_diff
 from memories.models import AuditLog, Memory, MemoryRevision, VectorChange
-from memories.threads import passage
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db

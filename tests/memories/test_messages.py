@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from bhgbrain_site.errors import Conflict, InvalidInput
-from bhgbrain_site.registry import CallContext, call
-from memories import threads
-from memories.curation import memory_edit
+from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.core.errors import Conflict, InvalidInput
+from bhgbrain_site.registry import call
+from memories import conversations
+from memories.curation.edits import memory_edit
 from memories.embeddings import from_bytes
-from memories.messages import thread_append
 from memories.models import AuditLog, Memory, VectorChange
+from memories.remember import RememberInput, thread_append
 from memories.services import memories_vector_sync, memory_forget
-from memories.writing import RememberInput
 from retention.archive import archive_restore
 from retention.cleanup import _archive as archive_row
 from search.selectors import fulltext_hits
@@ -75,7 +75,7 @@ def test_turns_are_ordered_by_occurred_at_then_arrival(hash_embedder) -> None:
     early = say("first", at=1)
     same_a = say("second a", at=5)
     same_b = say("second b", at=5)
-    order = [str(m.id) for m in threads.thread_turns("chat", "s1")]
+    order = [str(m.id) for m in conversations.thread_turns("chat", "s1")]
     assert order == [early.id, same_a.id, same_b.id, late.id]
 
 
@@ -91,17 +91,17 @@ def test_the_vector_covers_only_the_end_of_a_long_turn_before(hash_embedder) -> 
     long_turn = " ".join(f"w{i}" for i in range(60)) + " so, where did you go?"
     say(long_turn, at=1, speaker="Bob")
     answer = say("Paris, last Friday", at=2)
-    tail = " ".join(long_turn.split()[-threads.EMBED_PREVIOUS_WORDS:])
+    tail = " ".join(long_turn.split()[-conversations.EMBED_PREVIOUS_WORDS:])
     assert tail.startswith("w33 ") and len(tail) < len(long_turn)
     stored = from_bytes(Memory.objects.get(id=answer.id).embedding)
     assert np.allclose(stored, hash_embedder.embed_passage(f"{tail}\nParis, last Friday"))
 
 
 def test_the_tail_of_a_turn_counts_words_and_cjk_characters() -> None:
-    assert threads.tail_words("a b c  d, e.", 2) == "d, e."
-    assert threads.tail_words("我们明天去北京吃烤鸭好吗", 4) == "烤鸭好吗"
-    assert threads.tail_words("Hello 世界 and more", 3) == "界 and more"
-    assert threads.tail_words("ok", 32) == "ok" and threads.tail_words("", 3) == ""
+    assert conversations.tail_words("a b c  d, e.", 2) == "d, e."
+    assert conversations.tail_words("我们明天去北京吃烤鸭好吗", 4) == "烤鸭好吗"
+    assert conversations.tail_words("Hello 世界 and more", 3) == "界 and more"
+    assert conversations.tail_words("ok", 32) == "ok" and conversations.tail_words("", 3) == ""
 
 
 def test_every_path_that_embeds_a_message_again_embeds_the_same_passage(hash_embedder) -> None:
@@ -160,7 +160,7 @@ def test_thread_append_writes_a_batch_once_and_a_resent_batch_is_all_noop(hash_e
     assert AuditLog.objects.filter(operation="ADD", details__thread="s9").count() == 25
     again = thread_append(messages=batch, actor="test")
     assert [r["operation"] for r in again] == ["NOOP"] * 25 and [r["id"] for r in again] == [r["id"] for r in results]
-    turns = list(threads.thread_turns("chat", "s9"))
+    turns = list(conversations.thread_turns("chat", "s9"))
     assert [t.content for t in turns] == [f"message number {i}" for i in range(25)]
     assert all(t.vector_synced for t in turns)
     assert str(turns[5].id) in ft("number 6")  # the next turn is its context
@@ -223,4 +223,4 @@ def test_thread_append_results_follow_the_order_the_messages_were_given(hash_emb
     results = thread_append(messages=batch, actor="test")
     stored = {str(m.id): m.content for m in Memory.objects.all()}
     assert [stored[r["id"]] for r in results] == ["said at minute 3", "said at minute 1", "said at minute 2"]
-    assert [t.content for t in threads.thread_turns("chat", "s3")] == [f"said at minute {m}" for m in (1, 2, 3)]
+    assert [t.content for t in conversations.thread_turns("chat", "s3")] == [f"said at minute {m}" for m in (1, 2, 3)]

@@ -5,8 +5,8 @@ import hashlib
 
 import pytest
 
-from bhgbrain_site.errors import InvalidInput, to_envelope
-from memories.normalize import (
+from bhgbrain_site.core.errors import InvalidInput, to_envelope
+from memories.pipeline.normalize import (
     SECRET_MESSAGE,
     checksum,
     make_summary,

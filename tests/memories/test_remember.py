@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bhgbrain_site.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
+from bhgbrain_site.core.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
 from memories.models import AuditLog, Collection, Memory, MemoryRevision, VectorChange
 from memories.services import memories_vector_sync, memory_forget
 from tests.conftest import remember
@@ -216,18 +216,19 @@ def test_degraded_mode_without_fallback_refuses(no_embedder, bhg_config) -> None
 
 
 def test_vector_sync_embeds_rows_written_in_degraded_mode(hash_embedder) -> None:
-    from memories import embeddings, vector_index
+    from memories import embeddings
+    from memories.indexes import embedded
 
     embeddings.set_embedder(None)
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()
     first = remember("Alice owns the billing service")
     assert Memory.objects.get(pk=first.id).vector_synced is False
     embeddings.set_embedder(hash_embedder)
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()
     assert memories_vector_sync() == {"synced": 1, "failed": 0, "pending": 0}
     memory = Memory.objects.get(pk=first.id)
     assert memory.vector_synced is True and memory.embedding_model == hash_embedder.model_id
-    hits = vector_index.get_vector_index().search(
+    hits = embedded.get_vector_index().search(
         hash_embedder.embed_passage("Alice owns the billing service"), namespace="global",
         collection=None, limit=5, now=memory.created_at,
     )
@@ -241,7 +242,7 @@ def test_collection_model_mismatch_is_conflict(hash_embedder) -> None:
 
 
 def test_forget_deletes_audits_and_leaves_the_index(hash_embedder) -> None:
-    from memories.vector_index import get_vector_index
+    from memories.indexes.embedded import get_vector_index
 
     first = remember("Alice owns the billing service")
     assert memory_forget(memory_id=first.id, namespace=None, actor="test") == {"deleted": True, "id": first.id}

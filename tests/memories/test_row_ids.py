@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from memories import snapshots
-from memories.file_rows import FileRows
-from memories.row_ids import RowIds, as_id_array, id_order, opened_ids, rebase_ids
+from memories.indexes import snapshots
+from memories.indexes.file_rows import FileRows
+from memories.indexes.row_ids import RowIds, as_id_array, id_order, opened_ids, rebase_ids
 
 
 def _ids(count: int) -> list[str]:

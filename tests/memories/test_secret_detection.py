@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bhgbrain_site.errors import InvalidInput
+from bhgbrain_site.core.errors import InvalidInput
 from memories.models import AuditLog, Memory
-from memories.normalize import SECRET_MESSAGE, find_secret, normalize_content
+from memories.pipeline.normalize import SECRET_MESSAGE, find_secret, normalize_content
 from tests.conftest import remember
 from tests.secrets_corpus import NEGATIVES, POSITIVES, corpus, overall, score
 

@@ -5,8 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bhgbrain_site.config import TierValues
-from memories.tiers import assign_tier, has_t0_signal, is_transient, more_durable, tier_metadata
+from bhgbrain_site.core.config import TierValues
+from memories.pipeline.tiers import assign_tier, has_t0_signal, is_transient, more_durable, tier_metadata
 
 NEUTRAL = "Deploys go out from the main branch after CI passes."
 
@@ -445,7 +445,7 @@ def test_all_null_ttl_config_never_expires_anything() -> None:
     ["in case 3 servers fail we page the on-call", "ADR-012: use Postgres for the ledger"],
 )
 def test_prose_and_adr_numbers_are_not_tickets(content: str) -> None:
-    from memories.tiers import is_transient
+    from memories.pipeline.tiers import is_transient
 
     assert not is_transient(content)
 

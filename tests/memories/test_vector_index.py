@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from memories import changes
+from memories import funnel
+from memories.indexes.embedded import EmbeddedVectorIndex
 from memories.models import VectorChange
 from memories.services import memory_forget
-from memories.vector_index import EmbeddedVectorIndex
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db
@@ -60,7 +60,7 @@ def test_archived_rows_leave_the_index(hash_embedder) -> None:
     created = remember("Alpha fact")
     index = _fresh_index(hash_embedder)
     assert index.size() == 1
-    changes.memories_updated([created.id], {"archived": True}, audit=None, at=timezone.now())
+    funnel.memories_updated([created.id], {"archived": True}, audit=None, at=timezone.now())
     assert index.size() == 0
 
 
@@ -91,12 +91,12 @@ def _anisotropic(rng, count: int, basis) -> np.ndarray:  # noqa: ANN001
 def _filled_index(monkeypatch: pytest.MonkeyPatch, count: int, dims: int = 384):  # noqa: ANN202
     import numpy as np
 
-    from memories import vector_index
+    from memories.indexes import embedded
 
-    monkeypatch.setattr(vector_index, "SKETCH_MIN_ROWS", 1000)
-    monkeypatch.setattr(vector_index, "SKETCH_SAMPLE", 1000)
-    monkeypatch.setattr(vector_index, "SHORTLIST_MIN", 60)
-    monkeypatch.setattr(vector_index, "SHORTLIST_PER_RESULT", 6)  # limit 10: 60 of 2,700 candidates re-scored
+    monkeypatch.setattr(embedded, "SKETCH_MIN_ROWS", 1000)
+    monkeypatch.setattr(embedded, "SKETCH_SAMPLE", 1000)
+    monkeypatch.setattr(embedded, "SHORTLIST_MIN", 60)
+    monkeypatch.setattr(embedded, "SHORTLIST_PER_RESULT", 6)  # limit 10: 60 of 2,700 candidates re-scored
     rng = np.random.default_rng(7)
     basis = rng.standard_normal((48, dims))
     index = EmbeddedVectorIndex("test/sketch", dims)

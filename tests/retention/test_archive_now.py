@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bhgbrain_site.errors import NotFound
+from bhgbrain_site.core.errors import NotFound
 from memories.models import AuditLog, Memory, VectorChange
 from retention.archive import archive_export, archive_restore, memory_archive
 from retention.models import ArchivedMemory

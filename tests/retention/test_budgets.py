@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from bhgbrain_site import registry
-from bhgbrain_site.registry import CallContext
+from bhgbrain_site.core.calls import CallContext
 from memories.models import AuditLog, Memory
 from retention import cleanup
 from retention.models import ArchivedMemory

@@ -12,10 +12,11 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from bhgbrain_site.errors import Conflict, InvalidInput, NotFound
-from memories import changes, feed
+from bhgbrain_site.core.errors import Conflict, InvalidInput, NotFound
+from memories import funnel
+from memories.indexes import feed
+from memories.indexes.embedded import EmbeddedVectorIndex
 from memories.models import AuditLog, Memory, VectorChange
-from memories.vector_index import EmbeddedVectorIndex
 from retention.archive import archive_entries, archive_restore
 from retention.cleanup import retention_cleanup
 from retention.models import ArchivedMemory
@@ -108,7 +109,7 @@ def test_old_feed_rows_are_pruned_and_an_idle_index_reloads(hash_embedder, monke
     first = remember("Feed: first memory")
     idle = EmbeddedVectorIndex(hash_embedder.model_id, hash_embedder.dimensions)
     assert idle.size() == 1
-    changes.memories_removed([Memory.objects.get(id=first.id)], audit=None, at=timezone.now())  # a deletion whose feed row ...
+    funnel.memories_removed([Memory.objects.get(id=first.id)], audit=None, at=timezone.now())  # a deletion whose feed row ...
     VectorChange.objects.update(created_at=timezone.now() - timedelta(days=8))  # ... is older than the feed keeps
     recent = remember("Feed: second memory")
     assert retention_cleanup().feed_rows_pruned >= 2
@@ -187,13 +188,13 @@ def test_archive_over_rest(hash_embedder) -> None:
 
 
 def test_backups_carry_the_archive(hash_embedder, settings, tmp_path: Path) -> None:  # noqa: ANN001
-    from retention import backup_export, backup_import
+    from retention.backups import create, restore
 
     settings.BHGBRAIN_DATA_DIR = tmp_path
     ids = _archive_three(hash_embedder)
-    saved = backup_export.backup_create(actor="test")
+    saved = create.backup_create(actor="test")
     archive_restore(memory_id=ids["db"], namespace="global", actor="test")
-    backup_import.backup_restore(path=saved.path, actor="test")
+    restore.backup_restore(path=saved.path, actor="test")
     assert {e["id"] for e in archive_entries(namespace="global")} == {ids["deploy"], ids["db"]}
     assert not Memory.objects.filter(id=ids["db"]).exists()
 
@@ -227,7 +228,7 @@ def test_gc_and_archive_commands(tmp_path: Path) -> None:
 def test_the_scheduler_runs_the_cleanup_on_the_configured_cron(bhg_config, hash_embedder) -> None:
     from django_q.models import Schedule
 
-    from bhgbrain_site.schedules import register_schedules
+    from bhgbrain_site.server.schedules import register_schedules
     from retention.tasks import cleanup
 
     bhg_config.retention.cleanup_schedule = "30 3 * * *"

@@ -16,10 +16,10 @@ from django.utils import timezone
 from qdrant_client import models
 
 from bhgbrain_site import registry
-from bhgbrain_site.registry import CallContext
-from memories import vector_index
+from bhgbrain_site.core.calls import CallContext
+from memories.indexes import embedded
+from memories.indexes.qdrant import QdrantVectorIndex
 from memories.models import AuditLog, VectorChange
-from memories.qdrant_index import QdrantVectorIndex
 from memories.services import memory_forget
 from retention.cleanup import retention_cleanup
 from retention.compaction import compaction_status
@@ -127,11 +127,11 @@ def qdrant(hash_embedder, bhg_config, settings, tmp_path: Path) -> Iterator[Qdra
     settings.BHGBRAIN_DATA_DIR = tmp_path
     bhg_config.vector_index = "qdrant"
     bhg_config.qdrant.embedded_path = str(tmp_path / "qdrant")
-    vector_index.reset_vector_index()
-    index = vector_index.get_vector_index()
+    embedded.reset_vector_index()
+    index = embedded.get_vector_index()
     assert isinstance(index, QdrantVectorIndex)
     yield index
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()
 
 
 def test_compaction_starts_qdrants_optimizers(qdrant: QdrantVectorIndex, bhg_config,

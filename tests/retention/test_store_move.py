@@ -17,14 +17,14 @@ import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.utils import timezone
 
-from bhgbrain_site.store_migration import equivalent, redacted, store_migrate
+from bhgbrain_site.cli.store_migrate import equivalent, redacted, store_migrate
 from categories.services import category_set
-from memories.curation import memory_edit
+from memories.api_tokens import token_create
+from memories.curation.edits import memory_edit
 from memories.models import AccessDay, BootstrapSession, CuratorScope, Memory
-from memories.tokens import token_create
 from retention.archive import memory_archive
 from retention.models import BackupRecord
-from retention.store_move import table_labels
+from retention.store_copy import table_labels
 from tests.conftest import remember
 
 psycopg = pytest.importorskip("psycopg")
@@ -144,7 +144,7 @@ def test_a_store_moves_to_postgresql_and_searches_the_same(e5, target: str) -> N
 
 CRASH = textwrap.dedent("""
     import sys
-    from bhgbrain_site.store_migration import child_main
+    from bhgbrain_site.cli.store_migrate import child_main
 
     def crash(table, done):
         if table == {table!r} and done >= {rows}:

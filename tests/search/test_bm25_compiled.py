@@ -1,4 +1,4 @@
-"""The compiled BM25 scorer (search/bm25_compiled.py, search/bm25_kernels.py): the same top-k
+"""The compiled BM25 scorer (search/bm25/compiled.py, search/bm25/kernels.py): the same top-k
 as scoring every posting, bit-identical contributions, every kind of list a text index holds
 (read-only mapped, uint8/uint16/float32 tfs), used by the text index only once loaded and only
 for long queries, and numpy answering whenever it is not there."""
@@ -11,15 +11,15 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from search import bm25_compiled
-from search.bm25_topk import Bm25, TermList, top_k
-from search.text_index import TextIndex
+from search.bm25 import compiled
+from search.bm25.text_index import TextIndex
+from search.bm25.topk import Bm25, TermList, top_k
 from tests.search.test_bm25_topk import K1, B, _brute, _lists, _reference
 
 
 @pytest.fixture(scope="module")
 def kernels():  # noqa: ANN201
-    loaded = bm25_compiled.load_now()
+    loaded = compiled.load_now()
     assert loaded is not None, "numba is a dependency: the kernels must load"
     return loaded
 
@@ -43,7 +43,7 @@ def test_compiled_top_k_equals_scoring_every_posting(kernels, seed: int) -> None
                      for t in plain]
         eligible = rng.random(size) < (0.3 if query % 2 else 0.97)
         limit = int(rng.choice([1, 5, 10, 50]))
-        rows, scores = bm25_compiled.top_k(kernels, lists, bm25, _read_only(dl) if query % 4 else dl, eligible, limit)
+        rows, scores = compiled.top_k(kernels, lists, bm25, _read_only(dl) if query % 4 else dl, eligible, limit)
         brute = _brute(plain, bm25, dl, eligible)
         expected = np.sort(brute[brute > 0])[::-1][:limit]
         assert scores.size == expected.size
@@ -67,7 +67,7 @@ def test_compiled_contributions_are_bit_identical_to_numpy(kernels, dtype: type)
     stored = tfs if dtype is np.float32 else (tfs * 2).astype(dtype)
     term = TermList(rows, stored, 2.5, float(tfs.max()), float(dl[rows].min()))
     expected = bm25.contribution(term, stored, dl[rows].copy())
-    got_rows, got = bm25_compiled.top_k(kernels, [term], bm25, dl, np.ones(size, dtype=np.bool_), rows.size)
+    got_rows, got = compiled.top_k(kernels, [term], bm25, dl, np.ones(size, dtype=np.bool_), rows.size)
     assert np.array_equal(np.sort(got_rows), rows)
     by_row = dict(zip(got_rows.tolist(), got.tolist(), strict=True))
     assert np.array_equal(np.array([by_row[r] for r in rows.tolist()], dtype=np.float32), expected)
@@ -77,20 +77,20 @@ def test_ties_at_the_last_place_keep_the_lowest_rows(kernels) -> None:  # noqa: 
     dl = np.full(100, 10.0, dtype=np.float32)
     rows = np.arange(0, 100, 3, dtype=np.int32)
     term = TermList(rows, np.ones(rows.size, dtype=np.float32), 1.0, 1.0, 10.0)
-    got, scores = bm25_compiled.top_k(kernels, [term], Bm25(K1, B, 10.0), dl, np.ones(100, dtype=np.bool_), 4)
+    got, scores = compiled.top_k(kernels, [term], Bm25(K1, B, 10.0), dl, np.ones(100, dtype=np.bool_), 4)
     assert got.tolist() == [0, 3, 6, 9] and len(set(scores.tolist())) == 1
-    empty, none = bm25_compiled.top_k(kernels, [term], Bm25(K1, B, 10.0), dl, np.zeros(100, dtype=np.bool_), 4)
+    empty, none = compiled.top_k(kernels, [term], Bm25(K1, B, 10.0), dl, np.zeros(100, dtype=np.bool_), 4)
     assert empty.size == 0 and none.size == 0
-    assert bm25_compiled.top_k(kernels, [term], Bm25(K1, B, 10.0), dl, np.ones(100, dtype=np.bool_), 0)[0].size == 0
+    assert compiled.top_k(kernels, [term], Bm25(K1, B, 10.0), dl, np.ones(100, dtype=np.bool_), 0)[0].size == 0
 
 
 def test_float16_lists_are_left_to_numpy(kernels) -> None:  # noqa: ANN001
     """Snapshots before uint8 tfs stored float16: the kernels do not take them, the index scores
     such a query with numpy."""
     term = TermList(np.arange(5, dtype=np.int32), np.ones(5, dtype=np.float16), 1.0, 1.0, 1.0)
-    assert not bm25_compiled.usable(term)
+    assert not compiled.usable(term)
     with pytest.raises(ValueError, match="usable"):
-        bm25_compiled.top_k(kernels, [term], Bm25(K1, B, 1.0), np.ones(5, dtype=np.float32), np.ones(5, dtype=np.bool_), 3)
+        compiled.top_k(kernels, [term], Bm25(K1, B, 1.0), np.ones(5, dtype=np.float32), np.ones(5, dtype=np.bool_), 3)
 
 
 def _filled_index() -> TextIndex:
@@ -109,47 +109,47 @@ def test_the_text_index_scores_long_queries_with_the_kernels_once_ready(kernels,
     index = _filled_index()
     now = datetime(2026, 1, 1, tzinfo=UTC)
     calls: list[int] = []
-    original = bm25_compiled.top_k
+    original = compiled.top_k
 
     def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(bm25_compiled, "top_k", counted)
-    monkeypatch.setattr(bm25_compiled, "MIN_POSTINGS", 500)
+    monkeypatch.setattr(compiled, "top_k", counted)
+    monkeypatch.setattr(compiled, "MIN_POSTINGS", 500)
     queries = (["w0", "w1", "w2"], ["w3", "w39"], ["w0", "w5", "w7", "w9"])
-    compiled = [index._score(q, ns, None, now, 10) for q in queries for ns in ("a", "b")]  # noqa: SLF001
-    assert len(calls) == len(compiled)  # each of these queries holds 500+ postings
-    for got, (query, namespace) in zip(compiled, [(q, ns) for q in queries for ns in ("a", "b")], strict=True):
+    scored = [index._score(q, ns, None, now, 10) for q in queries for ns in ("a", "b")]  # noqa: SLF001
+    assert len(calls) == len(scored)  # each of these queries holds 500+ postings
+    for got, (query, namespace) in zip(scored, [(q, ns) for q in queries for ns in ("a", "b")], strict=True):
         np.testing.assert_allclose([s for _, s in got], _reference(index, query, namespace, now.timestamp()), rtol=1e-5)
     calls.clear()
     index._score(["w39"], "a", None, now, 10)  # noqa: SLF001 - a short query: numpy's MaxScore
     assert calls == []
-    monkeypatch.setattr(bm25_compiled, "_state", "loading")  # not ready yet: numpy, same answer
+    monkeypatch.setattr(compiled, "_state", "loading")  # not ready yet: numpy, same answer
     assert [s for _, s in index._score(queries[0], "a", None, now, 10)] == pytest.approx(  # noqa: SLF001
-        [s for _, s in compiled[0]], rel=1e-6)
+        [s for _, s in scored[0]], rel=1e-6)
     assert calls == []
 
 
 def test_small_indexes_never_load_numba_and_a_failed_load_leaves_numpy(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(bm25_compiled, "_state", "idle")
-    monkeypatch.setattr(bm25_compiled, "_kernels", None)
+    monkeypatch.setattr(compiled, "_state", "idle")
+    monkeypatch.setattr(compiled, "_kernels", None)
     started: list[object] = []
-    monkeypatch.setattr(bm25_compiled.threading, "Thread", lambda **kwargs: started.append(kwargs) or _NoThread())
+    monkeypatch.setattr(compiled.threading, "Thread", lambda **kwargs: started.append(kwargs) or _NoThread())
     dl, eligible = np.ones(4, dtype=np.float32), np.ones(4, dtype=np.bool_)
-    bm25_compiled.prepare(bm25_compiled.MIN_ROWS - 1, [], dl, eligible)
-    assert started == [] and bm25_compiled._state == "idle"  # noqa: SLF001
-    monkeypatch.setenv(bm25_compiled.DISABLE_ENV, "0")
-    bm25_compiled.prepare(bm25_compiled.MIN_ROWS, [], dl, eligible)
+    compiled.prepare(compiled.MIN_ROWS - 1, [], dl, eligible)
+    assert started == [] and compiled._state == "idle"  # noqa: SLF001
+    monkeypatch.setenv(compiled.DISABLE_ENV, "0")
+    compiled.prepare(compiled.MIN_ROWS, [], dl, eligible)
     assert started == []
-    monkeypatch.delenv(bm25_compiled.DISABLE_ENV)
-    bm25_compiled.prepare(bm25_compiled.MIN_ROWS, [], dl, eligible)
-    assert len(started) == 1 and bm25_compiled._state == "loading"  # noqa: SLF001
-    assert bm25_compiled.ready() is None
+    monkeypatch.delenv(compiled.DISABLE_ENV)
+    compiled.prepare(compiled.MIN_ROWS, [], dl, eligible)
+    assert len(started) == 1 and compiled._state == "loading"  # noqa: SLF001
+    assert compiled.ready() is None
     # numba missing (or failing): the load ends unavailable, and the index still answers
-    monkeypatch.setitem(sys.modules, "search.bm25_kernels", None)
+    monkeypatch.setitem(sys.modules, "search.bm25.kernels", None)
     started[0]["target"](*started[0]["args"])
-    assert bm25_compiled._state == "unavailable" and bm25_compiled.ready() is None  # noqa: SLF001
+    assert compiled._state == "unavailable" and compiled.ready() is None  # noqa: SLF001
     index = _filled_index()
     now = datetime(2026, 1, 1, tzinfo=UTC)
     got = [s for _, s in index._score(["w0", "w1"], "a", None, now, 10)]  # noqa: SLF001
@@ -168,10 +168,10 @@ def test_the_primer_starts_the_load_for_a_large_index_with_its_kinds_of_lists(mo
     seen: list[tuple] = []
 
     def prepare(rows, lists, dl, eligible):  # noqa: ANN001, ANN202
-        seen.append((rows, sorted({(bm25_compiled.kind(t.rows), bm25_compiled.kind(t.tfs)) for t in lists}),
-                     bm25_compiled.kind(dl), bm25_compiled.kind(eligible)))
+        seen.append((rows, sorted({(compiled.kind(t.rows), compiled.kind(t.tfs)) for t in lists}),
+                     compiled.kind(dl), compiled.kind(eligible)))
 
-    monkeypatch.setattr(bm25_compiled, "prepare", prepare)
+    monkeypatch.setattr(compiled, "prepare", prepare)
     index = _filled_index()
     token = object()
     index._priming = token  # noqa: SLF001 - as _prime_soon sets it

@@ -1,5 +1,5 @@
-"""Exact BM25 top-k with MaxScore (search/bm25_topk.py) and the statistics the text index keeps
-as rows change (search/text_index.py): both must equal scoring every posting from scratch."""
+"""Exact BM25 top-k with MaxScore (search/bm25/topk.py) and the statistics the text index keeps
+as rows change (search/bm25/text_index.py): both must equal scoring every posting from scratch."""
 from __future__ import annotations
 
 import math
@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from search.bm25_topk import Bm25, TermList, top_k
-from search.text_index import TextIndex
+from search.bm25.text_index import TextIndex
+from search.bm25.topk import Bm25, TermList, top_k
 
 K1, B = 0.9, 0.4
 

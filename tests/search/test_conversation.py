@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from bhgbrain_site.registry import CallContext, call, read_resource
+from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.registry import call, read_resource
 from categories.services import category_set
-from memories.messages import thread_append
-from memories.writing import RememberInput
+from memories.remember import RememberInput, thread_append
 from search.gating import skip_reason
 from search.handoff import fit_sentences, handoff_pack
 from tests.conftest import remember

@@ -10,11 +10,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from memories import embeddings, vector_index
+from memories import embeddings
 from memories.access import tracker
+from memories.analyzer import analyze, analyze_query
+from memories.indexes import embedded
 from memories.models import Memory
 from memories.services import memory_forget
-from memories.text import analyze, analyze_query
 from search.selectors import Scored, fulltext_hits, memories_search
 from tests.conftest import HashEmbedder, remember
 
@@ -338,7 +339,7 @@ def merge_embedder() -> AliasEmbedder:
         }
     )
     embeddings.set_embedder(embedder)
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()
     return embedder
 
 
@@ -508,20 +509,20 @@ def test_text_index_updates_expiry_in_place_and_replaces_edited_rows(hash_embedd
     """Access tracking moves expires_at on every returned result: that must not grow the index."""
     from django.utils import timezone
 
-    from memories import changes
-    from search.text_index import TextIndex
+    from memories import funnel
+    from search.bm25.text_index import TextIndex
 
     index = TextIndex(0.9, 0.4, 2)
     mid = remember("The billing service runs on Kubernetes", retention_tier="T3").id
     now = timezone.now()
     assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=now, limit=5)] == [mid]
     rows_before, version = index.row_count(), index._version  # noqa: SLF001
-    changes.memories_updated([mid], {"expires_at": now + timedelta(days=400)}, audit=None, at=now)
+    funnel.memories_updated([mid], {"expires_at": now + timedelta(days=400)}, audit=None, at=now)
     later = now + timedelta(days=200)
     assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=later, limit=5)] == [mid]
     assert index.row_count() == rows_before  # updated in place
     assert index._version == version  # noqa: SLF001 - the cached eligible rows were adjusted, not dropped
-    changes.memories_updated([mid], {"expires_at": now + timedelta(days=1)}, audit=None, at=now)  # shortened
+    funnel.memories_updated([mid], {"expires_at": now + timedelta(days=1)}, audit=None, at=now)  # shortened
     assert index.search(["kubernet"], namespace="global", collection=None, now=now + timedelta(days=2), limit=5) == []
     assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=now, limit=5)] == [mid]
     memory_forget(memory_id=mid, namespace=None, actor="test")
@@ -542,7 +543,7 @@ def test_a_search_that_fails_while_scoring_leaves_no_broken_index(hash_embedder,
     carry that on: the next searches see every memory, old and new."""
     import numpy as np
 
-    from search.text_index import TextIndex
+    from search.bm25.text_index import TextIndex
 
     index = TextIndex(0.9, 0.4, 2)
     first = remember("The billing service runs on Kubernetes").id
@@ -570,7 +571,7 @@ def test_a_database_error_while_catching_up_loses_no_change(hash_embedder, monke
     """The feed position moved before the changed rows were fetched: a failed fetch must not skip them."""
     from django.db import OperationalError
 
-    from search import text_index
+    from search.bm25 import text_index
 
     index = text_index.TextIndex(0.9, 0.4, 2)
     first = remember("The billing service runs on Kubernetes").id
@@ -596,7 +597,7 @@ def test_long_lists_get_their_statistics_ahead_and_the_ranking_is_unchanged(hash
     """After a load, a daemon thread computes each long list's statistics (largest tf, shortest
     row, impact, documents per large namespace) that the term's first search would: the same
     values the search computes itself, and the same ranking."""
-    from search import text_index
+    from search.bm25 import text_index
 
     monkeypatch.setattr(text_index, "PRIME_MIN_POSTINGS", 3)
     monkeypatch.setattr(text_index, "IMPACT_MIN_POSTINGS", 3)
@@ -623,7 +624,7 @@ def test_long_lists_get_their_statistics_ahead_and_the_ranking_is_unchanged(hash
 
 
 def test_a_reload_stops_the_last_primer(hash_embedder, monkeypatch) -> None:
-    from search import text_index
+    from search.bm25 import text_index
 
     monkeypatch.setattr(text_index, "PRIME_MIN_POSTINGS", 1)
     add_fillers()
@@ -643,7 +644,7 @@ def test_a_search_waiting_for_the_lock_gets_it_between_two_primed_terms(hash_emb
     for the lock takes it at the next pause. Without the pause the primer, still holding the GIL,
     took the lock again before the woken search could, term after term (a new process's second
     search at a million rows waited 0.8-1.7 s for the whole primer)."""
-    from search import text_index
+    from search.bm25 import text_index
 
     add_fillers()
     index = text_index.TextIndex(0.9, 0.4, 2)

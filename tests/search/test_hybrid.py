@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
-from bhgbrain_site.config import HybridWeights
-from bhgbrain_site.errors import EmbeddingUnavailable
-from memories import embeddings, vector_index
+from bhgbrain_site.core.config import HybridWeights
+from bhgbrain_site.core.errors import EmbeddingUnavailable
+from memories import embeddings
 from memories.access import tracker
+from memories.analyzer import analyze, analyze_query
+from memories.indexes import embedded
 from memories.models import Memory
-from memories.text import analyze, analyze_query
 from search import fulltext
 from search.selectors import HybridParams, Scored, apply_priors, fuse, memories_recall, memories_search
 from search.services import recall_run, search_run
@@ -52,12 +53,12 @@ def search(query: str, mode: str, *, namespace: str = "global", collection: str 
 def remember_without_vector(content: str, embedder: object, **fields: object) -> str:
     """Write a memory as in degraded mode (no vector), then restore the embedder."""
     embeddings.set_embedder(None)
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()
     try:
         return remember(content, **fields).id
     finally:
         embeddings.set_embedder(embedder)
-        vector_index.reset_vector_index()
+        embedded.reset_vector_index()
 
 
 # --------------------------------------------------------------------------- semantic
@@ -382,7 +383,7 @@ class StartedQueries(HashEmbedder):
 def started_queries(hash_embedder) -> StartedQueries:  # noqa: ANN001 - the fixture sets the process up
     embedder = StartedQueries()
     embeddings.set_embedder(embedder)
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()
     return embedder
 
 

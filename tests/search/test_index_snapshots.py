@@ -1,4 +1,4 @@
-"""Persisted snapshots of the in-process indexes (memories/snapshots.py): a new index opens the
+"""Persisted snapshots of the in-process indexes (memories/indexes/snapshots.py): a new index opens the
 snapshot instead of reading every row, replays the feed after it, and rejects a corrupt or stale
 one (rebuilding from the database with the same results)."""
 from __future__ import annotations
@@ -19,17 +19,18 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from memories import ann, changes, snapshot_digests, snapshots, vector_index
-from memories.curation import memory_edit
+from memories import funnel
+from memories.analyzer import analyze_query
+from memories.curation.edits import memory_edit
 from memories.embeddings import from_bytes
-from memories.feed import feed_prune
+from memories.indexes import embedded, hnsw, snapshot_digests, snapshots
+from memories.indexes.embedded import EmbeddedVectorIndex
+from memories.indexes.feed import feed_prune
+from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B
 from memories.models import Memory, VectorChange
 from memories.services import memory_forget
-from memories.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B
-from memories.text import analyze_query
-from memories.vector_index import EmbeddedVectorIndex
-from search import text_index
-from search.text_index import TextIndex
+from search.bm25 import text_index
+from search.bm25.text_index import TextIndex
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db
@@ -97,7 +98,7 @@ def _store(embedder) -> dict[str, str]:  # noqa: ANN001
         "expiring": str(remember("The lighthouse ferry leaves at dawn", namespace="alice", retention_tier="T3").id),
         "bob": str(remember("The lighthouse keeper of bob's island", namespace="bob").id),
     }
-    for index in (vector_index.get_vector_index(), text_index.get_text_index(K1, B, TAG_WEIGHT, CONTEXT_WEIGHT)):
+    for index in (embedded.get_vector_index(), text_index.get_text_index(K1, B, TAG_WEIGHT, CONTEXT_WEIGHT)):
         _settled(index)
     shutil.rmtree(snapshots.directory(), ignore_errors=True)
     return ids
@@ -134,10 +135,10 @@ def test_vector_index_opens_its_snapshot_instead_of_loading(hash_embedder, snaps
 
 
 def test_graphs_know_the_rows_a_snapshot_brought(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
-    """The HNSW partitions (memories/ann.py) learn of rows put by the feed; a snapshot's rows
+    """The HNSW partitions (memories/indexes/hnsw.py) learn of rows put by the feed; a snapshot's rows
     arrive without it, so opening one assigns them: the graph path then finds them too."""
-    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
-    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 2)
+    monkeypatch.setattr(hnsw, "ANN_MIN_ROWS", 2)
+    monkeypatch.setattr(hnsw, "GRAPH_MIN_ROWS", 2)
     _store(hash_embedder)
     text = "The lighthouse keeper paints the railing blue"
     first = _vector_index(hash_embedder)
@@ -155,8 +156,8 @@ def test_a_snapshot_carries_its_graphs_so_a_new_process_builds_none(hash_embedde
     """The graphs are saved beside the vectors and mapped by the next process: it walks them on
     its first search, without a build, and returns what the first one did (the row the feed
     brings after the snapshot is among its dirty rows, re-scored exactly)."""
-    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
-    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 2)
+    monkeypatch.setattr(hnsw, "ANN_MIN_ROWS", 2)
+    monkeypatch.setattr(hnsw, "GRAPH_MIN_ROWS", 2)
     _store(hash_embedder)
     text = "The lighthouse keeper paints the railing blue"
     first = _vector_index(hash_embedder)
@@ -170,7 +171,7 @@ def test_a_snapshot_carries_its_graphs_so_a_new_process_builds_none(hash_embedde
     expected = _semantic(first, hash_embedder, text, namespace="alice", days=-1)
     assert str(later.id) in expected
     builds: list[int] = []
-    monkeypatch.setattr(ann.AnnIndex, "_start_build", lambda self, pid: builds.append(pid))
+    monkeypatch.setattr(hnsw.AnnIndex, "_start_build", lambda self, pid: builds.append(pid))
     second = _vector_index(hash_embedder)
     assert _semantic(second, hash_embedder, text, namespace="alice", days=-1) == expected
     assert second.loaded_from == "snapshot" and second.ann is not None
@@ -183,8 +184,8 @@ def test_a_snapshot_carries_its_graphs_so_a_new_process_builds_none(hash_embedde
 
 
 def test_a_snapshot_whose_graph_file_is_corrupt_is_rebuilt(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
-    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 2)
+    monkeypatch.setattr(hnsw, "ANN_MIN_ROWS", 2)
+    monkeypatch.setattr(hnsw, "GRAPH_MIN_ROWS", 2)
     _store(hash_embedder)
     first = _vector_index(hash_embedder)
     expected = _semantic(first, hash_embedder, "lighthouse", namespace="alice")
@@ -233,7 +234,7 @@ def test_the_feed_after_the_snapshot_is_replayed(hash_embedder, snapshot_dir) ->
     added = str(remember("A lighthouse lens from Paris", namespace="alice").id)  # after the snapshot
     memory_forget(memory_id=ids["kept"], namespace="alice", actor="test")
     now = timezone.now()
-    changes.memories_updated([uuid.UUID(ids["other"])], {"expires_at": now + timedelta(days=1), "decay_eligible": True},
+    funnel.memories_updated([uuid.UUID(ids["other"])], {"expires_at": now + timedelta(days=1), "decay_eligible": True},
                              audit=None, at=now)
     vectors, text = _vector_index(hash_embedder), _text_index()
     assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {added, ids["other"], ids["expiring"]}
@@ -246,12 +247,12 @@ def test_the_feed_after_the_snapshot_is_replayed(hash_embedder, snapshot_dir) ->
 
 def test_a_vector_changed_after_the_snapshot_is_scored_with_its_new_value(hash_embedder, snapshot_dir,  # noqa: ANN001
                                                                         monkeypatch) -> None:  # noqa: ANN001
-    """Re-scored rows are read from the snapshot's file (memories/file_rows.py), except those the
+    """Re-scored rows are read from the snapshot's file (memories/indexes/file_rows.py), except those the
     feed tail wrote into this process's copy-on-write mapping: those only the mapping holds."""
     ids = _saved_pair(hash_embedder)
     text = "A lighthouse keeper paints the railing green"
     memory_edit(memory_id=ids["other"], changes={"content": text}, actor="test", namespace="alice")
-    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 1)  # every search takes the re-scoring path (no graph: small partitions)
+    monkeypatch.setattr(hnsw, "ANN_MIN_ROWS", 1)  # every search takes the re-scoring path (no graph: small partitions)
     vectors = _vector_index(hash_embedder)
     query = hash_embedder.embed_query(text)
     hits = {hit.memory_id: hit.cosine for hit in
@@ -370,8 +371,8 @@ _OTHER_PROCESS = textwrap.dedent("""
     settings.BHGBRAIN_DATA_DIR = Path(sys.argv[1])
     from tests.conftest import HashEmbedder
     from tests.search.test_index_snapshots import _text_index
-    from memories.text import analyze_query
-    from memories.vector_index import EmbeddedVectorIndex
+    from memories.analyzer import analyze_query
+    from memories.indexes.embedded import EmbeddedVectorIndex
     embedder = HashEmbedder()
     vectors, text = EmbeddedVectorIndex(embedder.model_id, embedder.dimensions), _text_index()
     now = timezone.now()
@@ -434,7 +435,7 @@ def test_a_row_written_while_the_vectors_are_copied_is_in_the_snapshot(hash_embe
     assert np.array_equal(capture.arrays["matrix"][row], replacement)
 
 
-# --- hashed ahead (memories/snapshot_digests.py), finishing writes, the sketch at load ----------
+# --- hashed ahead (memories/indexes/snapshot_digests.py), finishing writes, the sketch at load ----------
 
 def _hashed_ahead(root: Path) -> None:
     snapshot_digests.forget_ahead()
@@ -527,8 +528,8 @@ def test_a_cut_off_writer_leaves_nothing_behind_the_next_write(hash_embedder, sn
 def test_a_namespace_large_enough_gets_its_sketch_at_load(hash_embedder, snapshot_dir, monkeypatch,  # noqa: ANN001
                                                           min_rows: int, fitted: bool) -> None:
     """Fitted while loading (alice has 3 rows), so the snapshot written right after carries it."""
-    monkeypatch.setattr(vector_index, "SKETCH_MIN_ROWS", min_rows)
-    monkeypatch.setattr(vector_index, "SKETCH_MIN_DIMS", 8)
+    monkeypatch.setattr(embedded, "SKETCH_MIN_ROWS", min_rows)
+    monkeypatch.setattr(embedded, "SKETCH_MIN_DIMS", 8)
     _store(hash_embedder)
     index = _vector_index(hash_embedder)
     index.size()
@@ -610,8 +611,8 @@ def test_a_file_written_within_the_margin_is_not_sealed(tmp_path: Path) -> None:
 def test_an_unchanged_graph_linked_into_the_next_snapshot_is_not_hashed_again(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
     _store(hash_embedder)  # before the thresholds: the process's own index builds no graph to save
     monkeypatch.setattr(snapshot_digests, "SEAL_MARGIN_NS", 0)
-    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
-    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 2)
+    monkeypatch.setattr(hnsw, "ANN_MIN_ROWS", 2)
+    monkeypatch.setattr(hnsw, "GRAPH_MIN_ROWS", 2)
     index = _vector_index(hash_embedder)
     _semantic(index, hash_embedder, "lighthouse", namespace="alice")  # starts the build
     index.ann.wait()  # type: ignore[union-attr]
@@ -621,9 +622,9 @@ def test_an_unchanged_graph_linked_into_the_next_snapshot_is_not_hashed_again(ha
     hashed: list[str] = []
     real = snapshot_digests.sealed_sha256
     monkeypatch.setattr(snapshot_digests, "sealed_sha256", lambda path: hashed.append(path.name) or real(path))
-    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 10**9)  # the process's own index (remember's dedup): no graph
+    monkeypatch.setattr(hnsw, "ANN_MIN_ROWS", 10**9)  # the process's own index (remember's dedup): no graph
     remember("The lighthouse keeper retires in spring", namespace="alice")
-    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
+    monkeypatch.setattr(hnsw, "ANN_MIN_ROWS", 2)
     _semantic(index, hash_embedder, "lighthouse", namespace="alice")  # applies it: a dirty row, same graph
     _saved(index)
     manifest = json.loads(next(snapshot_dir.glob("vector-*.json")).read_text())
@@ -640,8 +641,8 @@ def _mapped(array: np.ndarray) -> bool:
 
 
 def test_an_index_loaded_from_the_database_maps_the_snapshot_it_wrote(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(ann, "ANN_MIN_ROWS", 2)
-    monkeypatch.setattr(ann, "GRAPH_MIN_ROWS", 2)
+    monkeypatch.setattr(hnsw, "ANN_MIN_ROWS", 2)
+    monkeypatch.setattr(hnsw, "GRAPH_MIN_ROWS", 2)
     _store(hash_embedder)
     index = _vector_index(hash_embedder)
     expected = _semantic(index, hash_embedder, "lighthouse", namespace="alice")  # loads, starts the build

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from bhgbrain_site.registry import CallContext, call_tool, read_resource
+from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.registry import call_tool, read_resource
 
 pytestmark = pytest.mark.django_db
 CTX = CallContext(actor="test")

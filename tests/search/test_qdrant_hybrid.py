@@ -11,15 +11,15 @@ import pytest
 from django.utils import timezone
 from qdrant_client import models
 
-from memories import sparse, vector_index
+from bhgbrain_site.server.warmup import indexes_warm
+from memories.analyzer import analyze
+from memories.indexes import embedded, sparse
+from memories.indexes.qdrant import QdrantVectorIndex, collection_name, point_payload
+from memories.interop.repair import repair_from_index
 from memories.models import Memory
-from memories.qdrant_index import QdrantVectorIndex, collection_name, point_payload
-from memories.repair import repair_from_index
-from memories.text import analyze
-from search import text_index
+from search.bm25 import text_index
 from search.console import memory_ids_ranked
 from search.selectors import fulltext_hits, memories_search
-from search.services import indexes_warm
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -144,7 +144,7 @@ def test_no_per_process_text_index_on_qdrant_after_every_kind_of_search(qdrant: 
 
 
 def test_the_embedded_backend_still_uses_the_in_process_index(hash_embedder) -> None:
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()
     text_index.reset_text_index()
     created = remember("Embedded store: the word quokka")
     assert _fulltext("quokka") == [created.id]
@@ -180,8 +180,8 @@ def test_repair_backfills_sparse_vectors_on_an_old_collection(qdrant: QdrantVect
         models.PointStruct(id=mine.id, vector=hash_embedder.embed_passage(memory.content).tolist(), payload=point_payload(memory)),
         models.PointStruct(id=other_id, vector=hash_embedder.embed_passage("laptop").tolist(), payload=other_payload),
     ])
-    vector_index.reset_vector_index()  # a process of the new version opens the old collection
-    index = vector_index.get_vector_index()
+    embedded.reset_vector_index()  # a process of the new version opens the old collection
+    index = embedded.get_vector_index()
     assert isinstance(index, QdrantVectorIndex)
     assert sparse.VECTOR_NAME not in (index.client().get_collection(name).config.params.sparse_vectors or {})
 
@@ -207,8 +207,8 @@ def test_the_sync_backfills_an_old_collection_too(qdrant: QdrantVectorIndex, has
     name = collection_name("global", "general")
     _old_collection(qdrant, name, [models.PointStruct(id=mine.id, vector=hash_embedder.embed_passage("x").tolist(),
                                                       payload=point_payload(memory))])
-    vector_index.reset_vector_index()
-    index = vector_index.get_vector_index()
+    embedded.reset_vector_index()
+    index = embedded.get_vector_index()
     index.sync()
     assert sparse.VECTOR_NAME in index.client().get_collection(name).config.params.sparse_vectors
     assert _fulltext("axolotl") == [mine.id]
@@ -243,8 +243,8 @@ def test_an_old_server_that_cannot_add_the_sparse_vector_keeps_writes_and_fullte
     memory = Memory.objects.get(id=first.id)
     _old_collection(qdrant, name, [models.PointStruct(id=first.id, vector=hash_embedder.embed_passage(memory.content).tolist(),
                                                       payload=point_payload(memory))])
-    vector_index.reset_vector_index()
-    index = vector_index.get_vector_index()
+    embedded.reset_vector_index()
+    index = embedded.get_vector_index()
 
     def refuse(*args: object, **kwargs: object) -> None:  # what a server before the API answers
         raise UnexpectedResponse(404, "Not Found", b'{"status": {"error": "Not found"}}', {})

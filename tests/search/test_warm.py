@@ -8,11 +8,11 @@ import threading
 import pytest
 
 from bhgbrain_site import registry
-from memories import vector_index
+from bhgbrain_site.server.warmup import indexes_warm, start_warming
 from memories.access import tracker
+from memories.indexes import embedded
 from memories.models import Memory
-from search import text_index
-from search.services import indexes_warm, start_warming
+from search.bm25 import text_index
 from tests.conftest import remember
 
 
@@ -26,8 +26,8 @@ def test_warm_up_loads_both_indexes_and_counts_no_access(hash_embedder) -> None:
     warm.start()
     warm.join(timeout=60)
 
-    index = vector_index.get_vector_index()
-    assert isinstance(index, vector_index.EmbeddedVectorIndex) and index.loaded and index.size() == 2
+    index = embedded.get_vector_index()
+    assert isinstance(index, embedded.EmbeddedVectorIndex) and index.loaded and index.size() == 2
     assert text_index.text_index_loaded()
     assert tracker.pending() == 0  # nothing was returned, so nothing is counted
     assert Memory.objects.get(id=first).access_count == 0
@@ -49,7 +49,7 @@ def test_a_serving_process_hides_what_it_keeps_from_the_collector_once_warm(hash
         assert gc.get_freeze_count() > 20_000
         assert len(gc.get_objects()) < 20_000  # what the warm thread's end and this test made since
         assert held[-1] == [19_999]  # frozen, not freed
-        assert vector_index.get_vector_index().loaded and text_index.text_index_loaded()
+        assert embedded.get_vector_index().loaded and text_index.text_index_loaded()
         assert loaded == [0]  # loaded once, before the heap was frozen
     finally:
         gc.unfreeze()  # the rest of the test run collects as usual
@@ -63,7 +63,7 @@ def test_warm_up_loads_the_text_index_once_the_vector_snapshot_is_written(hash_e
     bhg_config.index_snapshots = True
     settings.BHGBRAIN_DATA_DIR = tmp_path
     remember("The staging cluster runs on three nodes in Frankfurt")
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()
     text_index.reset_text_index()
     shutil.rmtree(tmp_path / "index-snapshots", ignore_errors=True)
     seen: list[bool] = []
@@ -76,5 +76,5 @@ def test_warm_up_loads_the_text_index_once_the_vector_snapshot_is_written(hash_e
     monkeypatch.setattr(text_index.TextIndex, "_load", text_load)
     indexes_warm()
     assert seen == [True]
-    vector_index.reset_vector_index()
+    embedded.reset_vector_index()
     text_index.reset_text_index()

@@ -6,10 +6,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bhgbrain_site.contracts import DEVICE_ID_MAX
-from bhgbrain_site.errors import DomainError
-from bhgbrain_site.progress import terminal_progress
-from memories.repair import repair_from_index
+from bhgbrain_site.core.contracts import DEVICE_ID_MAX
+from bhgbrain_site.core.errors import DomainError
+from bhgbrain_site.core.progress import terminal_progress
+from memories.interop.repair import repair_from_index
 
 
 class Command(BaseCommand):

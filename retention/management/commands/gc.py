@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from bhgbrain_site.progress import terminal_progress
+from bhgbrain_site.core.progress import terminal_progress
 from retention.cleanup import retention_cleanup
 
 

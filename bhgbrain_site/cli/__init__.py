@@ -1,0 +1,1 @@
+"""The ``bhgbrain`` command (``main``), its store commands and ``store migrate``."""

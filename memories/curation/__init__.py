@@ -1,0 +1,1 @@
+"""What curators work with: their namespaces, their edits, the review queues and dedup merges."""

@@ -1,0 +1,1 @@
+"""The steps of a write: normalise (secrets, summary, checksum), semantic dedup, tier assignment."""

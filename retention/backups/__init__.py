@@ -1,0 +1,1 @@
+"""Backups: the ``.bhgb`` file format, creating one, restoring one."""
