@@ -94,9 +94,9 @@ def fill_qdrant(home: Path) -> tuple[int, float]:
     """Push the store into the Qdrant folder through the backend's sync, in a child process."""
     code = ("import os, sys, time, json; os.environ['DJANGO_SETTINGS_MODULE']='bhgbrain_site.settings';"
             "import django, uuid; django.setup();"
-            "from memories.models import VectorChange;"
+            "from memories.models import ChangeFeedEntry;"
             # bulk_load writes no feed rows: one RESET makes the sync push every live memory
-            "VectorChange.objects.create(memory_id=uuid.UUID(int=0), op=VectorChange.Op.RESET);"
+            "ChangeFeedEntry.objects.create(memory_id=uuid.UUID(int=0), op=ChangeFeedEntry.Op.RESET);"
             "from memories.indexes.embedded import get_vector_index; i=get_vector_index(); t=time.perf_counter(); i.sync();"
             "c=i.client(); n=sum(c.count(x, exact=True).count for x in i.collections(fresh=True));"
             "print(json.dumps([n, time.perf_counter()-t]))")

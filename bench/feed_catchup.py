@@ -106,9 +106,9 @@ def main() -> int:
     print(f"load average at start: {load_average()}")
     with lat.bench_store("feed-catchup-", None, args.sentences, args.seed) as store:
         times = run(args, store)
-        from memories.models import VectorChange
+        from memories.models import ChangeFeedEntry
 
-        ops = sorted(set(VectorChange.objects.values_list("op", flat=True)))
+        ops = sorted(set(ChangeFeedEntry.objects.values_list("op", flat=True)))
     print(f"\n{args.rounds} flushes of {args.batch} memories, {args.size} memories in {args.namespaces} namespaces; "
           f"feed rows written: {', '.join(ops)}; load average at end: {load_average()}")
     found = {step: percentiles(values) for step, values in times.items()}

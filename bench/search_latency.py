@@ -548,10 +548,10 @@ def wipe_store() -> None:
     from django.db import connection, transaction
 
     from memories.indexes.embedded import reset_vector_index
-    from memories.models import AuditLog, Collection, Memory, MemoryRevision, VectorChange
+    from memories.models import AuditLog, ChangeFeedEntry, Collection, Memory, MemoryRevision
 
     fts_table = "memories_fts" if connection.vendor == "sqlite" else "memory_search"
-    tables = [fts_table] + [m._meta.db_table for m in (Memory, Collection, MemoryRevision, AuditLog, VectorChange)]
+    tables = [fts_table] + [m._meta.db_table for m in (Memory, Collection, MemoryRevision, AuditLog, ChangeFeedEntry)]
     with transaction.atomic(), connection.cursor() as cursor:
         for table in tables:
             cursor.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names

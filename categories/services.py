@@ -29,7 +29,7 @@ def category_set(*, namespace: str, name: str, slot: str, content: str, actor: s
             category.slot, category.content, category.updated_at = slot, text, now
             category.revision += 1
             category.save()
-        funnel.audit(operation="CATEGORY_SET", actor=actor, namespace=namespace, at=now,
+        funnel.record_audit(operation="CATEGORY_SET", actor=actor, namespace=namespace, at=now,
                       details={"name": name, "slot": slot, "revision": category.revision})
     return category_to_dict(category, full=True)
 
@@ -41,6 +41,6 @@ def category_delete(*, namespace: str, name: str, actor: str) -> dict[str, Any]:
         if category is None:
             raise NotFound(f'Category "{name}" not found')
         category.delete()
-        funnel.audit(operation="CATEGORY_DELETE", actor=actor, namespace=namespace,
+        funnel.record_audit(operation="CATEGORY_DELETE", actor=actor, namespace=namespace,
                       details={"name": name, "revision": category.revision})
     return {"ok": True, "name": name}

@@ -163,7 +163,7 @@ def memories_record_access(chunk: list[Access]) -> list[AccessOutcome]:
             outcomes.append(done.outcome)
         latest = max(at for _, at in wanted.values())
         for changed, memories in groups.items():
-            funnel.memories_saved(memories, changed, audits=audits, at=latest)
+            funnel.save_memories(memories, changed, audits=audits, at=latest)
         for (namespace, day), count in days.items():
             _count_day(namespace, day, count)
     return outcomes

@@ -143,5 +143,5 @@ def reset_token_cache() -> None:
 
 
 def _audit_token(operation: str, row: ApiToken, actor: str) -> None:
-    funnel.audit(operation=operation, actor=actor, namespace="*",
+    funnel.record_audit(operation=operation, actor=actor, namespace="*",
                   details={"name": row.name, "prefix": row.prefix, "namespaces": row.namespaces, "read_only": row.read_only})

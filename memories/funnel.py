@@ -1,18 +1,18 @@
 """The write funnel: every change to a memory goes through one call here.
 
 A call makes the change (insert, update, delete, the whole store replaced) and, in the same
-transaction, writes its audit row, appends the change feed (``VectorChange``) and runs every
+transaction, writes its audit row, appends the change feed (``ChangeFeedEntry``) and runs every
 indexer registered for the transaction; after commit it brings this process's vector index
 up to date. If that last step fails the rows are only flagged ``vector_synced = false``:
 the feed keeps the change for other processes, Qdrant and the scheduled ``vector_sync``.
 
-- A new write path makes one call: :func:`memory_saved`, :func:`memories_updated`,
-  :func:`memories_removed` or :func:`store_replacement`.
+- A new write path makes one call: :func:`save_memory`, :func:`update_memories`,
+  :func:`delete_memories` or :func:`replace_store`.
 - A new index registers once, from its app's ``AppConfig.ready``: :func:`register_indexer`
   (the full-text index does so from ``search/apps.py``).
 - Writes that change no memory (categories, tokens, backups) record their audit row with
   :func:`audit`.
-- A change that replaces a memory's content may keep what it replaced: :func:`memory_saved`
+- A change that replaces a memory's content may keep what it replaced: :func:`save_memory`
   takes a :class:`Revision` (T0 edits, every dedup merge, an undone merge) and writes the
   ``memory_revisions`` row in the same transaction.
 
@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from memories import conversations
 from memories.indexes.embedded import get_vector_index
-from memories.models import AuditLog, Memory, MemoryRevision, VectorChange
+from memories.models import AuditLog, ChangeFeedEntry, Memory, MemoryRevision
 
 logger = logging.getLogger("bhgbrain.changes")
 
@@ -110,8 +110,8 @@ class AuditEntry:
     details: dict[str, Any]
 
 
-def audit(*, operation: str, actor: str, namespace: str, memory_id: uuid.UUID | None = None,
-          details: dict[str, Any] | None = None, at: datetime | None = None) -> None:
+def record_audit(*, operation: str, actor: str, namespace: str, memory_id: uuid.UUID | None = None,
+                 details: dict[str, Any] | None = None, at: datetime | None = None) -> None:
     """One audit row for a write that changes no memory (categories, tokens, backups, a
     collection); ``namespace`` "*" for the whole store."""
     AuditLog.objects.create(timestamp=at or timezone.now(), namespace=namespace, operation=operation,
@@ -129,18 +129,18 @@ def _audit_rows(memories: Iterable[Memory], audit_of: Callable[[Memory], Audit |
 
 
 def _feed(memory_ids: Iterable[uuid.UUID], op: str) -> None:
-    VectorChange.objects.bulk_create((VectorChange(memory_id=memory_id, op=op) for memory_id in memory_ids),
+    ChangeFeedEntry.objects.bulk_create((ChangeFeedEntry(memory_id=memory_id, op=op) for memory_id in memory_ids),
                                      batch_size=2000)
 
 
 def _feed_op(changed: frozenset[str] | None) -> str | None:
     """The feed row a change of ``changed`` (None: any field) appends; None when no index sees it."""
     if changed is None:
-        return VectorChange.Op.UPSERT
+        return ChangeFeedEntry.Op.UPSERT
     indexed = changed & INDEXED_FIELDS
     if not indexed:
         return None
-    return VectorChange.Op.EXPIRY if indexed <= EXPIRY_FIELDS else VectorChange.Op.UPSERT
+    return ChangeFeedEntry.Op.EXPIRY if indexed <= EXPIRY_FIELDS else ChangeFeedEntry.Op.UPSERT
 
 
 def _index_written(memories: Sequence[Memory], fields: frozenset[str] | None) -> None:
@@ -198,7 +198,7 @@ def _neighbours_changed(neighbours: Sequence[Memory]) -> None:
     the feed tells every process's in-process text index to read it."""
     if neighbours:
         _index_written(neighbours, CONTEXT_CHANGE)
-        _feed([n.id for n in neighbours], VectorChange.Op.UPSERT)
+        _feed([n.id for n in neighbours], ChangeFeedEntry.Op.UPSERT)
 
 
 def _revision_row(memory: Memory, revision: Revision, actor: str, at: datetime) -> None:
@@ -208,7 +208,7 @@ def _revision_row(memory: Memory, revision: Revision, actor: str, at: datetime) 
                                   operation=revision.operation, state=revision.state, updated_at=at, updated_by=actor)
 
 
-def memory_saved(memory: Memory, *, audit: Audit | None, at: datetime, insert: bool = False,
+def save_memory(memory: Memory, *, audit: Audit | None, at: datetime, insert: bool = False,
                  fields: Iterable[str] | None = None, sync: bool = True, revision: Revision | None = None) -> int | None:
     """Insert (``insert``) or update one memory (only ``fields`` when given) with every side
     effect; ``revision``: keep what it said before (by the audit's actor). Returns the feed
@@ -231,22 +231,22 @@ def memory_saved(memory: Memory, *, audit: Audit | None, at: datetime, insert: b
     op = _feed_op(changed)
     if op is None:
         return None
-    change_id = VectorChange.objects.create(memory_id=memory.id, op=op).pk
+    change_id = ChangeFeedEntry.objects.create(memory_id=memory.id, op=op).pk
     if sync:
         _after_commit(written=[(memory, change_id)])
     return change_id
 
 
-def memories_saved(memories: Sequence[Memory], fields: Iterable[str], *, audits: Mapping[uuid.UUID, Audit],
+def save_memories(memories: Sequence[Memory], fields: Iterable[str], *, audits: Mapping[uuid.UUID, Audit],
                    at: datetime) -> None:
-    """Update ``fields`` of many loaded memories at once (one UPDATE per 500), with memory_saved's
+    """Update ``fields`` of many loaded memories at once (one UPDATE per 500), with save_memory's
     side effects: the indexers, an audit row for each memory in ``audits``, a feed row each when
     an indexed field is among ``fields``. Not for fields a thread's neighbours are built from."""
     changed = frozenset(fields)
     if not memories or not changed:
         return
     if changed & THREAD_FIELDS:
-        raise ValueError(f"memories_saved cannot update {sorted(changed & THREAD_FIELDS)}: use memory_saved")
+        raise ValueError(f"save_memories cannot update {sorted(changed & THREAD_FIELDS)}: use save_memory")
     _update_rows(memories, sorted(changed))
     _index_written(memories, changed)
     _audit_rows([m for m in memories if m.id in audits], lambda m: audits[m.id], at)
@@ -270,7 +270,7 @@ def _update_rows(memories: Sequence[Memory], fields: Sequence[str]) -> None:
         cursor.executemany(sql, rows)
 
 
-def memories_updated(memory_ids: Sequence[uuid.UUID], values: dict[str, Any], *,
+def update_memories(memory_ids: Sequence[uuid.UUID], values: dict[str, Any], *,
                      audit: Callable[[Memory], Audit | None] | None, at: datetime) -> int:
     """Set ``values`` on many memories at once (one UPDATE); returns how many changed."""
     count = Memory.objects.filter(id__in=memory_ids).update(**values)
@@ -286,7 +286,7 @@ def memories_updated(memory_ids: Sequence[uuid.UUID], values: dict[str, Any], *,
     return count
 
 
-def memories_inserted(memories: Sequence[Memory], *, audit: Callable[[Memory], Audit | None] | None,
+def insert_memories(memories: Sequence[Memory], *, audit: Callable[[Memory], Audit | None] | None,
                       at: datetime) -> None:
     """Insert many memories at once (a batch of messages): one INSERT, the indexers once for the
     batch, their neighbours' contexts, one audit row and one feed row each."""
@@ -297,11 +297,11 @@ def memories_inserted(memories: Sequence[Memory], *, audit: Callable[[Memory], A
     _neighbours_changed(conversations.affected_by_batch(memories))
     if audit is not None:
         _audit_rows(memories, audit, at)
-    _feed([m.id for m in memories], VectorChange.Op.UPSERT)
+    _feed([m.id for m in memories], ChangeFeedEntry.Op.UPSERT)
     transaction.on_commit(sync_indexes)
 
 
-def memories_removed(memories: Sequence[Memory], *, audit: Callable[[Memory], Audit | None] | None,
+def delete_memories(memories: Sequence[Memory], *, audit: Callable[[Memory], Audit | None] | None,
                      at: datetime) -> None:
     """Delete memories for good (forget, a collection deleted, the cleanup after archiving)."""
     if not memories:
@@ -310,7 +310,7 @@ def memories_removed(memories: Sequence[Memory], *, audit: Callable[[Memory], Au
     neighbours = conversations.affected_by_batch([m for m in memories if m.thread])
     if audit is not None:
         _audit_rows(memories, audit, at)
-    _feed(ids, VectorChange.Op.DELETE)
+    _feed(ids, ChangeFeedEntry.Op.DELETE)
     _index_removed(ids)
     Memory.objects.filter(id__in=ids).delete()
     _neighbours_changed(neighbours)
@@ -352,16 +352,16 @@ class StoreReplacement:
         loaded = sorted(self._loaded)
         for start in range(0, len(loaded), 2000):
             _index_written(list(Memory.objects.filter(id__in=loaded[start:start + 2000]).defer("embedding")), None)
-        _feed(self._before - self._loaded, VectorChange.Op.DELETE)
-        _feed([uuid.UUID(int=0)], VectorChange.Op.RESET)
+        _feed(self._before - self._loaded, ChangeFeedEntry.Op.DELETE)
+        _feed([uuid.UUID(int=0)], ChangeFeedEntry.Op.RESET)
         if self.audit is not None:
-            audit(operation=self.audit.operation, actor=self.audit.actor, namespace="*", details=self.audit.details,
+            record_audit(operation=self.audit.operation, actor=self.audit.actor, namespace="*", details=self.audit.details,
                   at=self.at)
         transaction.on_commit(sync_indexes)
 
 
 @contextlib.contextmanager
-def store_replacement(*, actor: str, at: datetime) -> Iterator[StoreReplacement]:
+def replace_store(*, actor: str, at: datetime) -> Iterator[StoreReplacement]:
     """Replace the whole store: ``clear()``, ``load()`` the new memories, set ``audit``; the
     feed, the audit row and the indexes' reload follow when the block ends."""
     with transaction.atomic():

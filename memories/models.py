@@ -193,8 +193,9 @@ class AuditLog(models.Model):
         ordering = ["-timestamp", "-id"]
 
 
-class VectorChange(models.Model):
-    """Change feed for vector indexes: every process's embedded index replays it to stay current.
+class ChangeFeedEntry(models.Model):
+    """One row of the change feed: every process's in-process indexes (vectors, full text), the
+    Qdrant sync and the MCP subscription watcher follow it to stay current.
 
     Written in the same transaction as the memory change, so a deletion reaches every
     index even after a crash between the DB commit and the index update.
@@ -211,7 +212,7 @@ class VectorChange(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        db_table = "vector_changes"
+        db_table = "vector_changes"  # its name before the model was renamed; kept (migration 0014)
 
 
 class VectorIndexCursor(models.Model):

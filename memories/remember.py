@@ -223,7 +223,7 @@ def apply_vector(memory: Memory, vector: np.ndarray | None, embedder: Embedder |
 def _insert(prep: Prepared, actor: str, now: datetime) -> Memory:
     memory, tier = new_memory(prep, now)
     audit = funnel.Audit("ADD", actor, {"tier": tier, "collection": prep.data.collection, "source": prep.data.source})
-    funnel.memory_saved(memory, audit=audit, at=now, insert=True)
+    funnel.save_memory(memory, audit=audit, at=now, insert=True)
     return memory
 
 
@@ -265,7 +265,7 @@ def _update(target: Memory, prep: Prepared, actor: str, now: datetime) -> Memory
     apply_vector(target, prep.vector, prep.embedder)
     audit = funnel.Audit("UPDATE", actor, {"previous": previous, "tier": tier, "tags_dropped": dropped})
     revision = dataclasses.replace(before, state={**before.state, "after_checksum": target.checksum})
-    funnel.memory_saved(target, audit=audit, at=now, revision=revision)
+    funnel.save_memory(target, audit=audit, at=now, revision=revision)
     return target
 
 
@@ -371,7 +371,7 @@ def message_remember(*, data: RememberInput, actor: str) -> RememberResult:
     try:
         with transaction.atomic():
             memory, _tier = new_memory(prep, now)
-            funnel.memory_saved(memory, audit=_audit(memory, actor), at=now, insert=True)
+            funnel.save_memory(memory, audit=_audit(memory, actor), at=now, insert=True)
     except IntegrityError:  # a concurrent re-send won the race
         winner = _already_stored(prep)
         if winner is None:
@@ -483,7 +483,7 @@ def thread_append(*, messages: Sequence[RememberInput], actor: str,
             if rows:
                 ensure_collection(rows[0].namespace, rows[0].collection, get_embedder() if rows[0].embedding else None)
                 with transaction.atomic():
-                    funnel.memories_inserted(rows, audit=lambda m: _audit(m, actor), at=now)
+                    funnel.insert_memories(rows, audit=lambda m: _audit(m, actor), at=now)
         except IntegrityError:  # a concurrent writer stored some of these: plan again, once
             if attempt:
                 raise

@@ -34,7 +34,7 @@ def memory_forget(*, memory_id: str, namespace: str | None, actor: str) -> dict[
     with transaction.atomic():
         memory = live_memory(memory_id, namespace)
         audit = funnel.Audit("FORGET", actor, {"summary": memory.summary, "tier": memory.retention_tier})
-        funnel.memories_removed([memory], audit=lambda _m: audit, at=timezone.now())
+        funnel.delete_memories([memory], audit=lambda _m: audit, at=timezone.now())
     return {"deleted": True, "id": str(memory.id)}
 
 
@@ -48,7 +48,7 @@ def _vector_synced(memory: Memory) -> bool:
         if locked is None or locked.checksum != memory.checksum:
             return False
         locked.embedding, locked.embedding_model, locked.vector_synced = memory.embedding, memory.embedding_model, True
-        funnel.memory_saved(locked, audit=None, at=timezone.now(), fields=("embedding", "embedding_model", "vector_synced"))
+        funnel.save_memory(locked, audit=None, at=timezone.now(), fields=("embedding", "embedding_model", "vector_synced"))
     return True
 
 
@@ -96,7 +96,7 @@ def memory_tag(*, memory_id: str, add: list[str], remove: list[str], namespace: 
                                field="tags")
         if tags != memory.tags:
             before, memory.tags, memory.updated_at = memory.tags, tags, timezone.now()
-            funnel.memory_saved(memory, audit=funnel.Audit("TAG", actor, {"before": before, "after": tags}),
+            funnel.save_memory(memory, audit=funnel.Audit("TAG", actor, {"before": before, "after": tags}),
                                  at=memory.updated_at, fields=("tags", "updated_at"))
     return {"id": str(memory.id), "tags": tags}
 
@@ -121,9 +121,9 @@ def collection_delete(*, namespace: str, name: str, force: bool, actor: str) -> 
                 f'Collection "{name}" is not empty ({count} memories). Retry with force=true to delete all collection data.'
             )
         now = timezone.now()
-        funnel.memories_removed(members, audit=None, at=now)
+        funnel.delete_memories(members, audit=None, at=now)
         if collection is not None:
             collection.delete()
-        funnel.audit(operation="COLLECTION_DELETE", actor=actor, namespace=namespace, at=now,
+        funnel.record_audit(operation="COLLECTION_DELETE", actor=actor, namespace=namespace, at=now,
                       details={"name": name, "deleted_memory_count": count})
     return {"ok": True, "namespace": namespace, "name": name, "deleted_memory_count": count}

@@ -122,7 +122,7 @@ def archive_restore(*, memory_id: str, namespace: str, actor: str, tier: str = "
         )
         audit = funnel.Audit("RESTORE_ARCHIVE", actor,
                               {"tier": tier, "archived_tier": item.tier, "expired_at": iso(item.expired_at)})
-        funnel.memory_saved(memory, audit=audit, at=now, insert=True)
+        funnel.save_memory(memory, audit=audit, at=now, insert=True)
         ArchivedMemory.objects.filter(pk=item.pk).update(restored_at=now)
     return {"restored": True, "id": str(pk), "namespace": namespace, "retention_tier": tier,
             "expires_at": iso(meta.expires_at), "vector_synced": synced}
@@ -139,7 +139,7 @@ def memory_archive(*, memory_id: str, actor: str, namespace: str | None = None) 
         archived_copy(memory, now).save(force_insert=True)
         audit = funnel.Audit("ARCHIVE", actor, {"reason": "curator", "tier": memory.retention_tier,
                                                  "summary": memory.summary})
-        funnel.memories_removed([memory], audit=lambda _m: audit, at=now)
+        funnel.delete_memories([memory], audit=lambda _m: audit, at=now)
     return {"archived": True, "id": str(memory.id), "namespace": memory.namespace}
 
 

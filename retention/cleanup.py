@@ -89,7 +89,7 @@ def _remove_batch(now: datetime, archive: bool, tier: str | None) -> tuple[int, 
             return 0, 0
         if archive:
             ArchivedMemory.objects.bulk_create([_archive(m, now) for m in batch])
-        funnel.memories_removed(batch, at=now, audit=lambda m: funnel.Audit(
+        funnel.delete_memories(batch, at=now, audit=lambda m: funnel.Audit(
             "FORGET", ACTOR, {"reason": "expired", "tier": m.retention_tier, "summary": m.summary, "archived": archive}))
     return len(batch), len(batch) if archive else 0
 
@@ -114,7 +114,7 @@ def _trim_batch(tier: str, limit: int, now: datetime, only: str | None) -> int:
         if not batch:
             return 0
         ArchivedMemory.objects.bulk_create([_archive(m, now) for m in batch])
-        funnel.memories_removed(batch, at=now, audit=lambda m: funnel.Audit(
+        funnel.delete_memories(batch, at=now, audit=lambda m: funnel.Audit(
             "FORGET", ACTOR, {"reason": "over_budget", "tier": m.retention_tier, "summary": m.summary, "archived": True}))
     return len(batch)
 
@@ -129,7 +129,7 @@ def memories_consolidate(*, now: datetime | None = None) -> int:
     audit = funnel.Audit("STALE", ACTOR, {"reason": f"not accessed for {settings.BHGBRAIN.retention.decay_after_days} days"})
     with transaction.atomic():
         ids = list(candidates.select_for_update().values_list("id", flat=True))
-        funnel.memories_updated(ids, {"stale": True, "expires_at": now - timedelta(milliseconds=1), "updated_at": now},
+        funnel.update_memories(ids, {"stale": True, "expires_at": now - timedelta(milliseconds=1), "updated_at": now},
                                  audit=lambda _m: audit, at=now)
     return len(ids)
 

@@ -36,7 +36,7 @@ from django.utils import timezone
 from memories import funnel
 from memories.indexes.embedded import get_vector_index
 from memories.indexes.qdrant import QdrantVectorIndex
-from memories.models import Memory, VectorChange
+from memories.models import ChangeFeedEntry, Memory
 from memories.selectors import db_size_bytes, iso
 from retention.models import CompactionState
 
@@ -50,7 +50,7 @@ def _state() -> CompactionState:
 
 
 def _deletes_after(feed_id: int) -> int:
-    return VectorChange.objects.filter(id__gt=feed_id, op=VectorChange.Op.DELETE).count()
+    return ChangeFeedEntry.objects.filter(id__gt=feed_id, op=ChangeFeedEntry.Op.DELETE).count()
 
 
 def compaction_status() -> dict[str, Any]:
@@ -70,9 +70,9 @@ def deletions_tally() -> int:
     with transaction.atomic():
         CompactionState.objects.get_or_create(pk=1)  # two first tallies at once: one row, no IntegrityError
         state = CompactionState.objects.select_for_update().get(pk=1)
-        high_water = VectorChange.objects.aggregate(top=Max("id"))["top"] or state.counted_through
-        state.deletions += VectorChange.objects.filter(
-            id__gt=state.counted_through, id__lte=high_water, op=VectorChange.Op.DELETE).count()
+        high_water = ChangeFeedEntry.objects.aggregate(top=Max("id"))["top"] or state.counted_through
+        state.deletions += ChangeFeedEntry.objects.filter(
+            id__gt=state.counted_through, id__lte=high_water, op=ChangeFeedEntry.Op.DELETE).count()
         state.counted_through = high_water
         state.save()
     return state.deletions
@@ -121,7 +121,7 @@ def store_compact(*, reason: str, now: datetime | None = None, status: dict[str,
                               "deleted_ratio": status["deleted_ratio"]}
     if connection.in_atomic_block:
         return result | {"skipped": "VACUUM cannot run inside a transaction"}
-    high_water = VectorChange.objects.aggregate(top=Max("id"))["top"] or 0
+    high_water = ChangeFeedEntry.objects.aggregate(top=Max("id"))["top"] or 0
     before = db_size_bytes()
     try:
         database = _vacuum_database()
@@ -135,7 +135,7 @@ def store_compact(*, reason: str, now: datetime | None = None, status: dict[str,
     with transaction.atomic():
         CompactionState.objects.update_or_create(
             pk=1, defaults={"deletions": 0, "counted_through": high_water, "compacted_at": now})  # later deletes count live
-        funnel.audit(operation="COMPACT", actor=ACTOR, namespace="*", details=result, at=now)
+        funnel.record_audit(operation="COMPACT", actor=ACTOR, namespace="*", details=result, at=now)
     logger.info("compaction: %s", result)
     return result
 

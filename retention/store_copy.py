@@ -217,7 +217,7 @@ class _Copier:
         if not rows:
             return 0
         if table.kind == "memories":
-            funnel.memories_inserted(rows, audit=None, at=self.at)  # indexers + feed, as any insert
+            funnel.insert_memories(rows, audit=None, at=self.at)  # indexers + feed, as any insert
             return len(rows)
         if table.kind == "permissions":
             if self._permissions is None:

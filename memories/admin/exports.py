@@ -80,6 +80,6 @@ def export_record(*, what: str, fmt: str, namespaces: Namespaces, query: str, ac
     curator's one namespace, or ``*``."""
     scope = sorted(namespaces) if namespaces is not None else None
     namespace = scope[0] if scope is not None and len(scope) == 1 else "*"
-    funnel.audit(operation="EXPORT", actor=actor, namespace=namespace, at=timezone.now(),
+    funnel.record_audit(operation="EXPORT", actor=actor, namespace=namespace, at=timezone.now(),
                   details={"what": what, "format": fmt, "query": query[:500],
                            "namespaces": scope})

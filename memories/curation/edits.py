@@ -19,7 +19,7 @@ from bhgbrain_site.core.contracts import EVENT_STATUSES, MAX_TAGS, MEMORY_TYPES,
 from bhgbrain_site.core.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
 from memories import conversations
 from memories.embeddings import get_embedder
-from memories.funnel import Audit, Revision, memory_saved
+from memories.funnel import Audit, Revision, save_memory
 from memories.models import Collection, Memory, MemoryRevision
 from memories.pipeline import normalize, tiers
 from memories.remember import apply_vector, embed_or_degrade, ensure_collection
@@ -136,7 +136,7 @@ def memory_edit(*, memory_id: str, changes: dict[str, Any], actor: str, namespac
         audit = Audit("EDIT", actor, {"fields": sorted(edits), "before": {k: str(v)[:200] for k, v in before.items()}})
         try:
             with transaction.atomic():
-                memory_saved(memory, audit=audit, at=now, revision=revision if content_changed else None)
+                save_memory(memory, audit=audit, at=now, revision=revision if content_changed else None)
         except IntegrityError:  # a concurrent write of the same content won the race
             raise Conflict("content: another memory in this namespace already says exactly this", field="content") from None
     return memory
@@ -161,7 +161,7 @@ def memory_set_event(*, memory_id: str, namespace: str | None, changes: dict[str
             setattr(memory, name, value)
         memory.updated_at = now
         audit = Audit("EVENT", actor, {"fields": sorted(changes), "before": before})
-        memory_saved(memory, audit=audit, at=now, fields=(*changes, "updated_at"))
+        save_memory(memory, audit=audit, at=now, fields=(*changes, "updated_at"))
     return memory
 
 
@@ -205,7 +205,7 @@ def _renewed(memory: Memory, anchor: datetime) -> tiers.TierMetadata:
 
 def _save_lifecycle(memory: Memory, audit: Audit, now: datetime, *extra: str) -> Memory:
     memory.updated_at = now
-    memory_saved(memory, audit=audit, at=now, fields=("expires_at", "decay_eligible", "review_due", "updated_at", *extra))
+    save_memory(memory, audit=audit, at=now, fields=("expires_at", "decay_eligible", "review_due", "updated_at", *extra))
     return memory
 
 
@@ -284,5 +284,5 @@ def memory_reembed(*, memory_id: str, actor: str, namespace: str | None = None) 
         ensure_collection(locked.namespace, locked.collection, embedder)
         apply_vector(locked, vector, embedder)
         audit = Audit("REEMBED", actor, {"model": embedder.model_id, "before_model": memory.embedding_model})
-        memory_saved(locked, audit=audit, at=timezone.now(), fields=("embedding", "embedding_model", "vector_synced"))
+        save_memory(locked, audit=audit, at=timezone.now(), fields=("embedding", "embedding_model", "vector_synced"))
     return locked

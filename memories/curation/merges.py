@@ -22,7 +22,7 @@ from django.utils import timezone
 from bhgbrain_site.core.errors import Conflict, NotFound
 from memories import conversations
 from memories.curation.namespaces import Namespaces, within
-from memories.funnel import Audit, Revision, memory_saved
+from memories.funnel import Audit, Revision, save_memory
 from memories.models import Memory, MemoryRevision
 from memories.pipeline import normalize
 from memories.remember import MERGE_FIELDS, apply_vector, embed_or_degrade, merge_state
@@ -141,7 +141,7 @@ def memory_undo_merge(*, memory_id: str, actor: str, namespace: str | None = Non
         audit = Audit("UNDO_MERGE", actor, {"revision": revision.revision, "discarded": merged_summary})
         try:
             with transaction.atomic():
-                memory_saved(locked, audit=audit, at=now, revision=put_aside)
+                save_memory(locked, audit=audit, at=now, revision=put_aside)
         except IntegrityError:  # the old content is a live memory again (written since the merge)
             raise Conflict("content: another live memory says what this one said before the merge", field="content") from None
     return locked

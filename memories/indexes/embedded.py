@@ -1,7 +1,7 @@
 """Vector index interface and the embedded (in-process) implementation.
 
 The DB is the only store: each process's embedded index loads the stored float32
-vectors lazily and replays the ``VectorChange`` feed before every search, so writes
+vectors lazily and replays the ``ChangeFeedEntry`` feed before every search, so writes
 made by other processes (server, scheduler, CLI) are seen without any shared memory.
 
 Scores are exact cosines. A search over at least ``SKETCH_MIN_ROWS`` candidate vectors first

@@ -1,4 +1,4 @@
-"""The change feed (``VectorChange``): how in-process indexes follow it, how watchers (MCP
+"""The change feed (``ChangeFeedEntry``): how in-process indexes follow it, how watchers (MCP
 resource subscriptions) read it, and how it is pruned.
 
 Every write appends it in its own transaction (memories/funnel.py), so a change reaches
@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from memories.indexes.vectors import until_of
-from memories.models import AuditLog, Memory, VectorChange, VectorIndexCursor
+from memories.models import AuditLog, ChangeFeedEntry, Memory, VectorIndexCursor
 
 logger = logging.getLogger("bhgbrain.search")
 
@@ -34,14 +34,14 @@ def needs_reload(changes: list[tuple[int, uuid.UUID, str]], caught_up_at: float)
     for so long that feed rows it never saw may have been pruned."""
     if time.monotonic() - caught_up_at > RELOAD_AFTER_IDLE:
         return True
-    return len(changes) > RELOAD_AFTER_CHANGES or any(op == VectorChange.Op.RESET for _, _, op in changes)
+    return len(changes) > RELOAD_AFTER_CHANGES or any(op == ChangeFeedEntry.Op.RESET for _, _, op in changes)
 
 
 def _any_after(change_id: int) -> bool:
     """Whether the feed holds a row after ``change_id``: one indexed probe in plain SQL (every
     search of both in-process indexes asks this first; building the ORM query was 130 µs of the
     140 it took, the probe takes 12)."""
-    table = connection.ops.quote_name(VectorChange._meta.db_table)
+    table = connection.ops.quote_name(ChangeFeedEntry._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT 1 FROM {table} WHERE id > %s LIMIT 1", [change_id])  # noqa: S608 - the model's own table name
         return cursor.fetchone() is not None
@@ -56,7 +56,7 @@ def split_expiries(changes: list[tuple[int, uuid.UUID, str]],
     for change_id, memory_id, op in changes:
         if change_id in applied:
             continue
-        (expiries if op == VectorChange.Op.EXPIRY else whole).add(memory_id)
+        (expiries if op == ChangeFeedEntry.Op.EXPIRY else whole).add(memory_id)
     return whole, expiries - whole
 
 
@@ -92,7 +92,7 @@ def raw_datetime(value: datetime | str | None) -> datetime | None:
 def _rows_after(change_id: int) -> list[tuple[int, uuid.UUID, str]]:
     """The feed rows after ``change_id``, oldest first, in plain SQL like ``_any_after``: the
     ORM's query building was most of a catch-up of a few rows (every index, every flush)."""
-    table = connection.ops.quote_name(VectorChange._meta.db_table)
+    table = connection.ops.quote_name(ChangeFeedEntry._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT id, memory_id, op FROM {table} WHERE id > %s ORDER BY id", [change_id])  # noqa: S608 - the model's own table name
         return [(row_id, raw_uuid(memory_id), op) for row_id, memory_id, op in cursor.fetchall()]
@@ -108,7 +108,7 @@ class FeedReader:
 
     def start(self) -> None:
         """At a full load: everything up to the newest row is in."""
-        newest = VectorChange.objects.order_by("-id").values_list("id", "memory_id").first()
+        newest = ChangeFeedEntry.objects.order_by("-id").values_list("id", "memory_id").first()
         self.last_change, self.last_memory_id = (newest[0], str(newest[1])) if newest else (0, None)
         self.caught_up_at = time.monotonic()
 
@@ -171,7 +171,7 @@ WATCH_BATCH = 1000  # feed rows a watcher reads at a time
 
 def feed_position() -> dict[str, int]:
     """Where the change feed and the audit log end now: a watcher starts from here."""
-    return {"change": VectorChange.objects.aggregate(last=Max("id"))["last"] or 0,
+    return {"change": ChangeFeedEntry.objects.aggregate(last=Max("id"))["last"] or 0,
             "audit": AuditLog.objects.aggregate(last=Max("id"))["last"] or 0}
 
 
@@ -193,17 +193,17 @@ def changes_since(*, change: int, audit: int) -> dict[str, Any]:
     collection, op; namespace None when nothing tells it any more), each category written or
     deleted (namespace, name), whether the whole store was replaced (``reset``), and the new
     position. Reads at most WATCH_BATCH feed rows; ``more`` says whether to read again."""
-    rows = list(VectorChange.objects.filter(id__gt=change).order_by("id").values_list("id", "memory_id", "op")[:WATCH_BATCH])
+    rows = list(ChangeFeedEntry.objects.filter(id__gt=change).order_by("id").values_list("id", "memory_id", "op")[:WATCH_BATCH])
     last_audit = AuditLog.objects.aggregate(last=Max("id"))["last"] or audit
     category_rows = (AuditLog.objects.filter(id__gt=audit, id__lte=last_audit, operation__in=CATEGORY_OPERATIONS)
                      .order_by("id").values_list("namespace", "details"))
-    changed = {memory_id: op for _, memory_id, op in rows if op != VectorChange.Op.RESET}
+    changed = {memory_id: op for _, memory_id, op in rows if op != ChangeFeedEntry.Op.RESET}
     where = _where(set(changed)) if changed else {}
     return {
         "memories": [{"id": str(memory_id), "namespace": where.get(memory_id, (None, None))[0],
                       "collection": where.get(memory_id, (None, None))[1], "op": op} for memory_id, op in changed.items()],
         "categories": [{"namespace": namespace, "name": (details or {}).get("name")} for namespace, details in category_rows],
-        "reset": any(op == VectorChange.Op.RESET for _, _, op in rows),
+        "reset": any(op == ChangeFeedEntry.Op.RESET for _, _, op in rows),
         "position": {"change": rows[-1][0] if rows else change, "audit": last_audit},
         "more": len(rows) == WATCH_BATCH,
     }
@@ -212,7 +212,7 @@ def changes_since(*, change: int, audit: int) -> dict[str, Any]:
 def feed_prune(*, now: datetime | None = None) -> int:
     """Old feed rows go, but never one an external index (Qdrant) has not applied yet."""
     now = now or timezone.now()
-    old = VectorChange.objects.filter(created_at__lt=now - timedelta(days=FEED_KEEP_DAYS))
+    old = ChangeFeedEntry.objects.filter(created_at__lt=now - timedelta(days=FEED_KEEP_DAYS))
     behind = VectorIndexCursor.objects.order_by("last_change").values_list("last_change", flat=True).first()
     if behind is not None:
         old = old.filter(id__lte=behind)

@@ -44,7 +44,7 @@ from memories.embeddings import from_bytes, to_bytes
 from memories.indexes import sparse
 from memories.indexes.feed import split_expiries
 from memories.indexes.vectors import StoredPoint, VectorHit
-from memories.models import Memory, MemorySource, MemoryType, Operation, RetentionTier, VectorChange, VectorIndexCursor
+from memories.models import ChangeFeedEntry, Memory, MemorySource, MemoryType, Operation, RetentionTier, VectorIndexCursor
 from memories.pipeline import normalize
 
 logger = logging.getLogger("bhgbrain.qdrant")
@@ -393,7 +393,7 @@ class QdrantVectorIndex:
     def _pending(self) -> bool:
         """Feed rows this store has not pushed yet (one indexed query)."""
         done = VectorIndexCursor.objects.filter(name=f"qdrant:{self.location}").values_list("last_change", flat=True).first()
-        return VectorChange.objects.filter(id__gt=done or 0).exists()
+        return ChangeFeedEntry.objects.filter(id__gt=done or 0).exists()
 
     def sync(self) -> int:
         """Apply the change feed after this store's cursor; returns the rows applied."""
@@ -404,12 +404,12 @@ class QdrantVectorIndex:
                 self._upgraded = True
             cursor, _ = VectorIndexCursor.objects.get_or_create(name=f"qdrant:{self.location}")
             while True:
-                changes = list(VectorChange.objects.filter(id__gt=cursor.last_change).order_by("id")
+                changes = list(ChangeFeedEntry.objects.filter(id__gt=cursor.last_change).order_by("id")
                                .values_list("id", "memory_id", "op")[:SYNC_BATCH])
                 if not changes:
                     return applied
-                reset = any(op == VectorChange.Op.RESET for _, _, op in changes)
-                whole, expiries = split_expiries([change for change in changes if change[2] != VectorChange.Op.RESET])
+                reset = any(op == ChangeFeedEntry.Op.RESET for _, _, op in changes)
+                whole, expiries = split_expiries([change for change in changes if change[2] != ChangeFeedEntry.Op.RESET])
                 if reset:
                     whole, expiries = whole | expiries, set()
                 whole |= self._push_expiries(expiries)

@@ -46,7 +46,7 @@ from django.db.models import Min
 from bhgbrain_site.core.shared_cache import store_key
 from memories.indexes import snapshot_digests
 from memories.indexes.feed import RELOAD_AFTER_IDLE
-from memories.models import VectorChange
+from memories.models import ChangeFeedEntry
 
 logger = logging.getLogger("bhgbrain.search")
 
@@ -307,12 +307,12 @@ def _check_position(position: FeedPosition, captured_at: float, birth: str) -> N
     if position.change_id < 0:
         raise Rejected("no feed position")
     if position.change_id > 0:
-        found = VectorChange.objects.filter(id=position.change_id).values_list("memory_id", flat=True).first()
+        found = ChangeFeedEntry.objects.filter(id=position.change_id).values_list("memory_id", flat=True).first()
         if found is not None:
             if str(found) != position.memory_id:
                 raise Rejected("its feed position names another change")
             return  # the feed still holds its row, so nothing after it was pruned
-    oldest = VectorChange.objects.order_by("id").values_list("id", flat=True).first()
+    oldest = ChangeFeedEntry.objects.order_by("id").values_list("id", flat=True).first()
     if oldest is not None and oldest != position.change_id + 1:
         # Older rows go first, so its own row being gone while the feed starts earlier means
         # another database, and starting later means the rows right after it were pruned.

@@ -52,7 +52,7 @@ def _present(memory: Memory) -> bool:
 def _insert(memory: Memory, actor: str) -> None:
     with transaction.atomic():
         audit = funnel.Audit("REPAIR", actor, {"device_id": memory.device_id, "collection": memory.collection})
-        funnel.memory_saved(memory, audit=audit, at=timezone.now(), insert=True)
+        funnel.save_memory(memory, audit=audit, at=timezone.now(), insert=True)
 
 
 def _shared_index() -> VectorIndex:

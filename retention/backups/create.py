@@ -202,7 +202,7 @@ def backup_create(*, actor: str, label: str = "", progress: Progress | None = No
         defaults={"size_bytes": info.size_bytes, "memory_count": memory_count, "checksum": header["checksum"],
                   "created_at": now},
     )
-    funnel.audit(operation="BACKUP", actor=actor, namespace="*", at=now,
+    funnel.record_audit(operation="BACKUP", actor=actor, namespace="*", at=now,
                   details={"path": info.path, "memory_count": memory_count, "size_bytes": info.size_bytes})
     logger.info("backup created: %s (%d memories, %d bytes)", target.name, memory_count, info.size_bytes)
     return info

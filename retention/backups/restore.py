@@ -2,7 +2,7 @@
 
 Ours and the original BHGBrain's backups restore (format: backup_format.py); every value read
 from the file goes through memories.interop.incoming (checked, bounded, defaulted), and the store is
-replaced through the write funnel (memories.funnel.store_replacement): the full-text index
+replaced through the write funnel (memories.funnel.replace_store): the full-text index
 follows, and every process's vector index and a shared Qdrant learn of it from the change feed.
 """
 from __future__ import annotations
@@ -260,7 +260,7 @@ def _replace_store(db: sqlite3.Connection, source: Path, header: dict[str, Any],
         if progress is not None:
             progress("restoring memories", done, total)
 
-    with funnel.store_replacement(actor=actor, at=now) as store:
+    with funnel.replace_store(actor=actor, at=now) as store:
         store.clear()
         _clear_others()
         restored, skipped = _restore_memories(db, store, now, report)

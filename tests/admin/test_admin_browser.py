@@ -20,7 +20,7 @@ from playwright.sync_api import Page, expect
 from categories.models import Category
 from categories.services import category_set
 from memories import api_tokens
-from memories.models import ApiToken, AuditLog, Memory, VectorChange
+from memories.models import ApiToken, AuditLog, ChangeFeedEntry, Memory
 from retention.cleanup import retention_cleanup
 from retention.models import ArchivedMemory
 from tests.admin.conftest import (
@@ -313,7 +313,7 @@ def test_memory_delete_in_the_admin_is_audited_like_forget(page: Page, live_serv
     assert not Memory.objects.filter(pk=memory.id).exists()
     forget = AuditLog.objects.get(memory_id=memory.id, operation="FORGET")
     assert forget.client_id == f"admin:{USERNAME}"
-    assert VectorChange.objects.filter(memory_id=memory.id, op=VectorChange.Op.DELETE).exists()
+    assert ChangeFeedEntry.objects.filter(memory_id=memory.id, op=ChangeFeedEntry.Op.DELETE).exists()
 
 
 def test_audit_log_offers_no_add_and_no_delete(page: Page, live_server, curator: User, hash_embedder) -> None:

@@ -29,7 +29,7 @@ def test_every_shell_and_ground_module_sits_in_a_layer() -> None:
 
 
 def test_audit_and_feed_rows_are_written_by_the_funnel_only() -> None:
-    pattern = re.compile(r"\b(?:AuditLog|VectorChange)\(|\b(?:AuditLog|VectorChange)\.objects\.(?:create|bulk_create)")
+    pattern = re.compile(r"\b(?:AuditLog|ChangeFeedEntry)\(|\b(?:AuditLog|ChangeFeedEntry)\.objects\.(?:create|bulk_create)")
     offenders = [
         f"{path.relative_to(ROOT)}:{number}"
         for path in _product_files() if path.name not in ("changes.py", "models.py")

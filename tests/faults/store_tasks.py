@@ -33,7 +33,7 @@ def _seed(namespace: str, count: int, expired: int) -> list[str]:
                                    actor="seed").id)
     now = timezone.now()
     with transaction.atomic():
-        funnel.memories_updated([uuid.UUID(i) for i in ids[:expired]], {"expires_at": now - timedelta(days=1)},
+        funnel.update_memories([uuid.UUID(i) for i in ids[:expired]], {"expires_at": now - timedelta(days=1)},
                                  audit=None, at=now)
     return ids
 

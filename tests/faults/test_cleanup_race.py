@@ -33,7 +33,7 @@ def _due(ids: list[str]) -> None:
     """Make these memories expired (yesterday), through the write funnel."""
     now = timezone.now()
     with transaction.atomic():
-        funnel.memories_updated([uuid.UUID(i) for i in ids], {"expires_at": now - timedelta(days=1)}, audit=None, at=now)
+        funnel.update_memories([uuid.UUID(i) for i in ids], {"expires_at": now - timedelta(days=1)}, audit=None, at=now)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -25,7 +25,7 @@ from bhgbrain_site.core.errors import EmbeddingUnavailable
 from memories import embeddings
 from memories.embeddings import LocalE5Embedder
 from memories.indexes import embedded
-from memories.models import AuditLog, Memory, VectorChange
+from memories.models import AuditLog, ChangeFeedEntry, Memory
 from memories.remember import RememberInput, thread_append
 from memories.services import memories_index_catch_up, memory_forget
 from retention.selectors import store_health
@@ -148,7 +148,7 @@ def test_without_the_fallback_an_outage_refuses_the_write_and_stores_nothing(pro
     with pytest.raises(EmbeddingUnavailable) as refused:
         remember(content, namespace=NS)
     assert refused.value.code == "EMBEDDING_UNAVAILABLE" and refused.value.http_status == 503
-    assert (Memory.objects.count(), AuditLog.objects.count(), VectorChange.objects.count()) == (0, 0, 0)
+    assert (Memory.objects.count(), AuditLog.objects.count(), ChangeFeedEntry.objects.count()) == (0, 0, 0)
     provider.down.clear()
     assert remember(content, namespace=NS).operation == "ADD"  # the client's retry lands
     assert _search(DURING[content], "semantic")[:1] == [content]

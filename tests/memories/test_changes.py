@@ -14,7 +14,7 @@ from memories import funnel
 from memories.access import memories_record_access
 from memories.curation.edits import memory_edit
 from memories.indexes import embedded
-from memories.models import AuditLog, Memory, VectorChange
+from memories.models import AuditLog, ChangeFeedEntry, Memory
 from memories.services import collection_delete, memory_forget, memory_tag
 from retention.archive import archive_restore
 from retention.backups.create import backup_create
@@ -82,7 +82,7 @@ def test_each_memory_write_leaves_one_audit_row_and_one_feed_row(hash_embedder) 
     memory_forget(memory_id=memory_id, namespace=None, actor="bob")
     audit = list(AuditLog.objects.filter(memory_id=memory_id).order_by("id").values_list("operation", "client_id"))
     assert audit == [("ADD", "test"), ("TAG", "alice"), ("FORGET", "bob")]
-    feed = list(VectorChange.objects.filter(memory_id=memory_id).order_by("id").values_list("op", flat=True))
+    feed = list(ChangeFeedEntry.objects.filter(memory_id=memory_id).order_by("id").values_list("op", flat=True))
     assert feed == ["upsert", "upsert", "delete"]
 
 
@@ -90,10 +90,10 @@ def test_writes_no_index_can_see_append_no_feed_row(hash_embedder, bhg_config) -
     """An access that moves no expiry and no tier only counts: nothing for the indexes to replay."""
     bhg_config.retention.sliding_window_enabled = False
     memory_id = remember("Architecture decision: one database per service").id  # T0: no expiry to slide
-    before = VectorChange.objects.count()
+    before = ChangeFeedEntry.objects.count()
     memories_record_access([(uuid.UUID(memory_id), 1, timezone.now())])
     assert Memory.objects.get(id=memory_id).access_count == 1
-    assert VectorChange.objects.count() == before
+    assert ChangeFeedEntry.objects.count() == before
 
 
 def test_writes_that_change_no_memory_are_audited_by_the_funnel_helper(hash_embedder) -> None:
@@ -116,4 +116,4 @@ def test_an_index_failure_after_commit_flags_the_row_and_loses_nothing(hash_embe
     assert callbacks  # the index update ran after commit, and failed
     memory = Memory.objects.get(id=memory_id)
     assert memory.vector_synced is False  # flagged for the scheduled vector_sync
-    assert VectorChange.objects.filter(memory_id=memory_id, op="upsert").exists()  # the feed keeps it
+    assert ChangeFeedEntry.objects.filter(memory_id=memory_id, op="upsert").exists()  # the feed keeps it

@@ -9,7 +9,7 @@ from memories.conversations import passage
 from memories.curation.edits import memory_edit
 from memories.curation.merges import memory_undo_merge, merges_for_review, word_diff
 from memories.embeddings import from_bytes
-from memories.models import AuditLog, Memory, MemoryRevision, VectorChange
+from memories.models import AuditLog, ChangeFeedEntry, Memory, MemoryRevision
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db
@@ -35,7 +35,7 @@ def test_a_merge_keeps_the_previous_content_and_fields(merged) -> None:
 
 
 def test_undo_restores_content_fields_and_vector(merged, e5) -> None:
-    before_feed = VectorChange.objects.count()
+    before_feed = ChangeFeedEntry.objects.count()
     memory = memory_undo_merge(memory_id=merged, actor="admin:root", namespace="alice")
     stored = Memory.objects.get(pk=merged)
     assert (stored.content, stored.summary, stored.tags) == (BEFORE, BEFORE, ["mobile"])
@@ -43,7 +43,7 @@ def test_undo_restores_content_fields_and_vector(merged, e5) -> None:
     assert stored.checksum == memory.checksum != MemoryRevision.objects.get(operation="MERGE").state["after_checksum"]
     assert np.allclose(from_bytes(stored.embedding), e5.embed_passage(passage(stored)), atol=1e-5)
     assert stored.vector_synced
-    assert VectorChange.objects.count() == before_feed + 1
+    assert ChangeFeedEntry.objects.count() == before_feed + 1
     audit = AuditLog.objects.get(operation="UNDO_MERGE")
     assert (audit.memory_id.hex, audit.client_id, audit.details["revision"]) == (stored.id.hex, "admin:root", 1)
     aside = MemoryRevision.objects.get(operation="UNDO_MERGE")

@@ -14,7 +14,7 @@ from bhgbrain_site.registry import call
 from memories import conversations
 from memories.curation.edits import memory_edit
 from memories.embeddings import from_bytes
-from memories.models import AuditLog, Memory, VectorChange
+from memories.models import AuditLog, ChangeFeedEntry, Memory
 from memories.remember import RememberInput, thread_append
 from memories.services import memories_vector_sync, memory_forget
 from retention.archive import archive_restore
@@ -132,7 +132,7 @@ def test_a_turn_is_found_by_what_its_neighbours_say_and_a_later_turn_updates_its
     assert reply.id not in ft("tonkotsu broth")
     say("The tonkotsu broth was the best I ever had", at=3)  # a later turn arrives
     assert reply.id in ft("tonkotsu broth")  # the earlier turn's context now holds it
-    assert VectorChange.objects.filter(memory_id=reply.id).count() >= 2  # other processes' indexes are told
+    assert ChangeFeedEntry.objects.filter(memory_id=reply.id).count() >= 2  # other processes' indexes are told
 
 
 def test_the_date_is_indexed_in_words(hash_embedder) -> None:

@@ -56,7 +56,7 @@ def test_writes_reach_qdrant_in_the_original_layout(qdrant: QdrantVectorIndex, h
 def test_expiry_namespace_and_collection_filters(qdrant: QdrantVectorIndex) -> None:
     live = remember("Alpha: the cache TTL is five minutes", collection="infra")
     expiring = remember("Alpha: temporary feature flag for the beta", retention_tier="T3")
-    funnel.memories_updated([expiring.id], {"expires_at": timezone.now() - timedelta(hours=1)}, audit=None,
+    funnel.update_memories([expiring.id], {"expires_at": timezone.now() - timedelta(hours=1)}, audit=None,
                              at=timezone.now())
     qdrant.sync()
     assert _semantic("Alpha: temporary feature flag for the beta") == [live.id]  # the expired one is filtered out
@@ -79,7 +79,7 @@ def test_an_expiry_only_change_sets_two_payload_keys_without_pushing_the_point_a
     push = qdrant._push  # noqa: SLF001
     monkeypatch.setattr(qdrant, "_push", lambda ids, reset: (pushed.append(set(ids)), push(ids, reset)))
     now, later = timezone.now(), timezone.now() + timedelta(days=400)
-    funnel.memories_updated([created.id], {"expires_at": later}, audit=None, at=now)  # syncs after commit
+    funnel.update_memories([created.id], {"expires_at": later}, audit=None, at=now)  # syncs after commit
     point = _point(qdrant, created.id)
     assert point.payload["expires_at"] == int(later.timestamp()) and pushed == []
     assert {key: value for key, value in point.payload.items() if key != "expires_at"} == \
@@ -87,7 +87,7 @@ def test_an_expiry_only_change_sets_two_payload_keys_without_pushing_the_point_a
     query = hash_embedder.embed_query("Expiry: the staging database is wiped every Sunday")
     found = qdrant.search(query, namespace="global", collection=None, limit=5, now=now + timedelta(days=200))
     assert [hit.memory_id for hit in found] == [created.id]  # past the old expiry (T3), before the new one
-    funnel.memories_updated([created.id], {"decay_eligible": False}, audit=None, at=now)  # pushed whole: a
+    funnel.update_memories([created.id], {"decay_eligible": False}, audit=None, at=now)  # pushed whole: a
     assert _point(qdrant, created.id).payload["expires_at"] is None and len(pushed) == 1  # null key is kept
     memory_forget(memory_id=created.id, namespace=None, actor="test")
     assert _point(qdrant, created.id) is None and len(pushed) == 2  # a deletion is pushed as before
@@ -99,7 +99,7 @@ def test_an_expiry_only_change_of_a_point_qdrant_lost_pushes_it_whole(qdrant: Qd
     name = collection_name("global", "general")
     qdrant.client().delete(name, points_selector=models.PointIdsList(points=[lost.id]), wait=True)  # lost by hand
     later = timezone.now() + timedelta(days=400)
-    funnel.memories_updated([kept.id, lost.id], {"expires_at": later}, audit=None, at=timezone.now())
+    funnel.update_memories([kept.id, lost.id], {"expires_at": later}, audit=None, at=timezone.now())
     for memory_id in (kept.id, lost.id):
         point = _point(qdrant, memory_id)
         assert point is not None and point.payload["expires_at"] == int(later.timestamp())

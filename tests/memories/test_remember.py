@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from bhgbrain_site.core.errors import Conflict, EmbeddingUnavailable, InvalidInput, NotFound
-from memories.models import AuditLog, Collection, Memory, MemoryRevision, VectorChange
+from memories.models import AuditLog, ChangeFeedEntry, Collection, Memory, MemoryRevision
 from memories.services import memories_vector_sync, memory_forget
 from tests.conftest import remember
 
@@ -29,7 +29,7 @@ def test_add_stores_every_field_and_one_audit_row(e5) -> None:
     assert len(bytes(memory.embedding)) == 384 * 4
     assert memory.last_operation == "ADD"
     assert AuditLog.objects.filter(memory_id=memory.id, operation="ADD").count() == 1
-    assert VectorChange.objects.filter(memory_id=memory.id, op="upsert").count() == 1
+    assert ChangeFeedEntry.objects.filter(memory_id=memory.id, op="upsert").count() == 1
     assert Collection.objects.get(namespace="global", name="general").embedding_dimensions == 384
 
 

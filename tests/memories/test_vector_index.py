@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from memories import funnel
 from memories.indexes.embedded import EmbeddedVectorIndex
-from memories.models import VectorChange
+from memories.models import ChangeFeedEntry
 from memories.services import memory_forget
 from tests.conftest import remember
 
@@ -53,14 +53,14 @@ def test_other_process_changes_are_replayed(hash_embedder) -> None:
     assert [h.memory_id for h in index.search(query, namespace="global", collection=None, limit=5, now=now)] == [created.id]
     memory_forget(memory_id=created.id, namespace=None, actor="test")
     assert index.search(query, namespace="global", collection=None, limit=5, now=now) == []
-    assert VectorChange.objects.filter(memory_id=created.id).count() == 2
+    assert ChangeFeedEntry.objects.filter(memory_id=created.id).count() == 2
 
 
 def test_archived_rows_leave_the_index(hash_embedder) -> None:
     created = remember("Alpha fact")
     index = _fresh_index(hash_embedder)
     assert index.size() == 1
-    funnel.memories_updated([created.id], {"archived": True}, audit=None, at=timezone.now())
+    funnel.update_memories([created.id], {"archived": True}, audit=None, at=timezone.now())
     assert index.size() == 0
 
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from memories import access as retention_services
 from memories.access import AccessTracker, memories_record_access, tracker
-from memories.models import AuditLog, Memory, VectorChange
+from memories.models import AuditLog, ChangeFeedEntry, Memory
 from search.services import recall_run, search_run
 from tests.conftest import remember
 
@@ -139,11 +139,11 @@ def test_an_expiry_moves_only_by_a_step_or_more(hash_embedder) -> None:
     """An access soon after the last move leaves the expiry (and the change feed) alone: TTLs are days."""
     mid = remember("The billing service runs on Kubernetes").id
     created = fresh(mid).expires_at
-    feed_before = VectorChange.objects.count()
+    feed_before = ChangeFeedEntry.objects.count()
     access(mid, 1, timezone.now() + retention_services.EXPIRY_STEP / 2)
     memory = fresh(mid)
     assert memory.access_count == 1 and memory.expires_at == created
-    assert VectorChange.objects.count() == feed_before
+    assert ChangeFeedEntry.objects.count() == feed_before
     later = timezone.now() + 2 * retention_services.EXPIRY_STEP
     access(mid, 1, later)
     assert fresh(mid).expires_at == later + 90 * DAY
@@ -173,11 +173,11 @@ def test_t0_access_counts_but_never_expires(hash_embedder) -> None:
 def test_expiry_change_is_published_to_vector_indexes(hash_embedder) -> None:
     mid = remember("The billing service runs on Kubernetes").id
     Memory.objects.filter(pk=mid).update(expires_at=timezone.now() + 10 * DAY)
-    before = VectorChange.objects.filter(memory_id=mid).count()
+    before = ChangeFeedEntry.objects.filter(memory_id=mid).count()
     access(mid, 1)
-    assert VectorChange.objects.filter(memory_id=mid).count() == before + 1
+    assert ChangeFeedEntry.objects.filter(memory_id=mid).count() == before + 1
     # only the expiry moved: every process re-reads two columns of it, not the whole row
-    assert VectorChange.objects.filter(memory_id=mid).latest("id").op == VectorChange.Op.EXPIRY
+    assert ChangeFeedEntry.objects.filter(memory_id=mid).latest("id").op == ChangeFeedEntry.Op.EXPIRY
 
 
 def test_last_accessed_is_the_latest_access_even_if_recorded_out_of_order(hash_embedder) -> None:
@@ -422,14 +422,14 @@ def test_a_flush_writes_each_memory_once_in_bulk_with_its_promotion_and_feed(has
     Memory.objects.filter(pk=hot).update(access_count=4)
     local = AccessTracker()
     local.record(many)
-    feed_before = VectorChange.objects.count()
+    feed_before = ChangeFeedEntry.objects.count()
     outcomes = {o.memory_id: o for o in local.flush()}
     assert set(outcomes) == set(many)
     assert outcomes[hot].promoted_from == "T2" and fresh(hot).retention_tier == "T1"
     assert AuditLog.objects.filter(memory_id=hot, operation="PROMOTE").count() == 1
     assert all(fresh(mid).access_count == 1 for mid in many[1:])
-    assert VectorChange.objects.count() - feed_before == 1  # the promoted one; the others' expiry moved < a step
-    assert VectorChange.objects.latest("id").op == VectorChange.Op.UPSERT  # a new tier: read whole
+    assert ChangeFeedEntry.objects.count() - feed_before == 1  # the promoted one; the others' expiry moved < a step
+    assert ChangeFeedEntry.objects.latest("id").op == ChangeFeedEntry.Op.UPSERT  # a new tier: read whole
 
 
 @pytest.mark.django_db(transaction=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from bhgbrain_site.core.errors import NotFound
-from memories.models import AuditLog, Memory, VectorChange
+from memories.models import AuditLog, ChangeFeedEntry, Memory
 from retention.archive import archive_export, archive_restore, memory_archive
 from retention.models import ArchivedMemory
 from tests.conftest import remember
@@ -17,7 +17,7 @@ def test_archive_now_is_restorable_losslessly(hash_embedder) -> None:
     before = Memory.objects.get(pk=memory_id)
     assert memory_archive(memory_id=memory_id, actor="admin:root", namespace="alice")["archived"]
     assert not Memory.objects.filter(pk=memory_id).exists()
-    assert VectorChange.objects.filter(memory_id=memory_id, op="delete").exists()
+    assert ChangeFeedEntry.objects.filter(memory_id=memory_id, op="delete").exists()
     audit = AuditLog.objects.get(operation="ARCHIVE", memory_id=memory_id)
     assert (audit.client_id, audit.details["reason"]) == ("admin:root", "curator")
     item = ArchivedMemory.objects.get(memory_id=memory_id)

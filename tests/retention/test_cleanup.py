@@ -16,7 +16,7 @@ from bhgbrain_site.core.errors import Conflict, InvalidInput, NotFound
 from memories import funnel
 from memories.indexes import feed
 from memories.indexes.embedded import EmbeddedVectorIndex
-from memories.models import AuditLog, Memory, VectorChange
+from memories.models import AuditLog, ChangeFeedEntry, Memory
 from retention.archive import archive_entries, archive_restore
 from retention.cleanup import retention_cleanup
 from retention.models import ArchivedMemory
@@ -109,11 +109,11 @@ def test_old_feed_rows_are_pruned_and_an_idle_index_reloads(hash_embedder, monke
     first = remember("Feed: first memory")
     idle = EmbeddedVectorIndex(hash_embedder.model_id, hash_embedder.dimensions)
     assert idle.size() == 1
-    funnel.memories_removed([Memory.objects.get(id=first.id)], audit=None, at=timezone.now())  # a deletion whose feed row ...
-    VectorChange.objects.update(created_at=timezone.now() - timedelta(days=8))  # ... is older than the feed keeps
+    funnel.delete_memories([Memory.objects.get(id=first.id)], audit=None, at=timezone.now())  # a deletion whose feed row ...
+    ChangeFeedEntry.objects.update(created_at=timezone.now() - timedelta(days=8))  # ... is older than the feed keeps
     recent = remember("Feed: second memory")
     assert retention_cleanup().feed_rows_pruned >= 2
-    assert [str(m) for m in VectorChange.objects.values_list("memory_id", flat=True)] == [recent.id]
+    assert [str(m) for m in ChangeFeedEntry.objects.values_list("memory_id", flat=True)] == [recent.id]
     idle.feed.caught_up_at = time.monotonic() - feed.RELOAD_AFTER_IDLE - 1  # idle for 6+ days
     hits = idle.search(hash_embedder.embed_query("Feed: first memory"), namespace="global", collection=None,
                        limit=5, now=timezone.now())

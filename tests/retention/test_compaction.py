@@ -19,7 +19,7 @@ from bhgbrain_site import registry
 from bhgbrain_site.core.calls import CallContext
 from memories.indexes import embedded
 from memories.indexes.qdrant import QdrantVectorIndex
-from memories.models import AuditLog, VectorChange
+from memories.models import AuditLog, ChangeFeedEntry
 from memories.services import memory_forget
 from retention.cleanup import retention_cleanup
 from retention.compaction import compaction_status
@@ -94,9 +94,9 @@ def test_deletions_are_still_counted_after_their_feed_rows_are_pruned(hash_embed
     bhg_config.retention.compaction_deleted_threshold = 1.0  # never on its own
     ids = [remember(f"Pruned feed {n}: a detail {n}").id for n in range(3)]
     _forget(ids[:2])
-    VectorChange.objects.update(created_at=timezone.now() - timedelta(days=30))  # older than the feed keeps
+    ChangeFeedEntry.objects.update(created_at=timezone.now() - timedelta(days=30))  # older than the feed keeps
     report = _gc()
-    assert report["feed_rows_pruned"] >= 2 and not VectorChange.objects.filter(op=VectorChange.Op.DELETE).exists()
+    assert report["feed_rows_pruned"] >= 2 and not ChangeFeedEntry.objects.filter(op=ChangeFeedEntry.Op.DELETE).exists()
     assert compaction_status()["deletions_since_last"] == 2  # the tally kept them
     bhg_config.retention.compaction_deleted_threshold = 0.5  # 2 of 3 > 0.5
     assert _gc()["compaction"]["deletions"] == 2 and len(_compactions()) == 1

@@ -517,12 +517,12 @@ def test_text_index_updates_expiry_in_place_and_replaces_edited_rows(hash_embedd
     now = timezone.now()
     assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=now, limit=5)] == [mid]
     rows_before, version = index.row_count(), index._version  # noqa: SLF001
-    funnel.memories_updated([mid], {"expires_at": now + timedelta(days=400)}, audit=None, at=now)
+    funnel.update_memories([mid], {"expires_at": now + timedelta(days=400)}, audit=None, at=now)
     later = now + timedelta(days=200)
     assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=later, limit=5)] == [mid]
     assert index.row_count() == rows_before  # updated in place
     assert index._version == version  # noqa: SLF001 - the cached eligible rows were adjusted, not dropped
-    funnel.memories_updated([mid], {"expires_at": now + timedelta(days=1)}, audit=None, at=now)  # shortened
+    funnel.update_memories([mid], {"expires_at": now + timedelta(days=1)}, audit=None, at=now)  # shortened
     assert index.search(["kubernet"], namespace="global", collection=None, now=now + timedelta(days=2), limit=5) == []
     assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=now, limit=5)] == [mid]
     memory_forget(memory_id=mid, namespace=None, actor="test")

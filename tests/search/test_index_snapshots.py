@@ -27,7 +27,7 @@ from memories.indexes import embedded, hnsw, snapshot_digests, snapshots
 from memories.indexes.embedded import EmbeddedVectorIndex
 from memories.indexes.feed import feed_prune
 from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B
-from memories.models import Memory, VectorChange
+from memories.models import ChangeFeedEntry, Memory
 from memories.services import memory_forget
 from search.bm25 import text_index
 from search.bm25.text_index import TextIndex
@@ -234,7 +234,7 @@ def test_the_feed_after_the_snapshot_is_replayed(hash_embedder, snapshot_dir) ->
     added = str(remember("A lighthouse lens from Paris", namespace="alice").id)  # after the snapshot
     memory_forget(memory_id=ids["kept"], namespace="alice", actor="test")
     now = timezone.now()
-    funnel.memories_updated([uuid.UUID(ids["other"])], {"expires_at": now + timedelta(days=1), "decay_eligible": True},
+    funnel.update_memories([uuid.UUID(ids["other"])], {"expires_at": now + timedelta(days=1), "decay_eligible": True},
                              audit=None, at=now)
     vectors, text = _vector_index(hash_embedder), _text_index()
     assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {added, ids["other"], ids["expiring"]}
@@ -339,7 +339,7 @@ def test_a_snapshot_older_than_the_pruned_feed_is_rejected(hash_embedder, snapsh
 
 def test_a_reset_after_the_snapshot_reloads_from_the_database(hash_embedder, snapshot_dir) -> None:  # noqa: ANN001
     ids = _saved_pair(hash_embedder)
-    VectorChange.objects.create(memory_id=uuid.UUID(int=0), op=VectorChange.Op.RESET)
+    ChangeFeedEntry.objects.create(memory_id=uuid.UUID(int=0), op=ChangeFeedEntry.Op.RESET)
     assert _rebuilt_correctly(hash_embedder, ids) == ("database", "database")
 
 
