@@ -35,6 +35,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from bhgbrain_site.core.progress import Progress
 from memories import funnel
 from memories.access import tracker
 from memories.indexes.feed import feed_prune
@@ -46,7 +47,6 @@ logger = logging.getLogger("bhgbrain.retention")
 
 BATCH = 500
 ACTOR = "system"
-Progress = Callable[[int, int], None]  # (memories done, memories to do), after each batch
 
 
 @dataclass
@@ -172,7 +172,7 @@ def retention_cleanup(*, consolidate: bool = False, dry_run: bool = False, tier:
     """The cleanup cycle: expired memories, then budgets, feed pruning and compaction.
     ``consolidate`` first marks stale memories so they go in this cycle; ``dry_run`` counts what
     would go and changes nothing; ``tier`` limits expiry and trimming to one tier;
-    ``force_compact`` compacts even below the threshold; ``progress(done, total)`` is called
+    ``force_compact`` compacts even below the threshold; ``progress("memories removed", done, total)`` is called
     after each batch of memories removed."""
     report, now = CleanupReport(dry_run=dry_run, tier=tier), now or timezone.now()
     archive = settings.BHGBRAIN.retention.archive_before_delete
@@ -189,7 +189,7 @@ def retention_cleanup(*, consolidate: bool = False, dry_run: bool = False, tier:
         nonlocal done
         done += removed
         if progress is not None:
-            progress(done, max(total, done))
+            progress("memories removed", done, max(total, done))
 
     _expire_all(report, now, archive, step)
     _trim_all(report, plan, now, step)

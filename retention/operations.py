@@ -95,11 +95,8 @@ def retention_cleanup(params: CleanupParams, ctx: CallContext) -> dict[str, Any]
     first, never T0) and compact the store when deletions passed the threshold (consolidate:
     first mark long-unused ones stale; dry_run: count only; tier: only that tier;
     force_compact: compact in any case)."""
-    watcher = ctx.progress
-    # the cleanup reports (done, total) memories removed; the caller's bar takes a stage too
-    progress = None if watcher is None else lambda done, total: watcher("memories removed", done, total)
     return cleanup.retention_cleanup(consolidate=params.consolidate, dry_run=params.dry_run, tier=params.tier,
-                                     force_compact=params.force_compact, progress=progress).as_dict()
+                                     force_compact=params.force_compact, progress=ctx.progress).as_dict()
 
 
 class StatsParams(Input):

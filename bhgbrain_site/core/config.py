@@ -7,6 +7,7 @@ every default on first run; the resolved device id is persisted into it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
@@ -18,6 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from bhgbrain_site.core.contracts import COLLECTION_PATTERN, NAMESPACE_PATTERN, TIERS
 
 DEVICE_ID_RE = re.compile(r"^[a-zA-Z0-9._-]{1,64}$")
+
+# Keys of the seed's reference that nothing here reads (LLM extraction, summary switch): an old
+# config holding them still loads, with one warning naming them; new configs no longer carry them.
+IGNORED_KEYS: tuple[tuple[str, ...], ...] = (
+    ("pipeline", "extraction_enabled"), ("pipeline", "extraction_model"), ("pipeline", "extraction_model_env"),
+    ("auto_summarize",),
+)
+
+logger = logging.getLogger("bhgbrain.config")
 
 
 class _Strict(BaseModel):
@@ -170,9 +180,6 @@ class ObservabilityConfig(_Strict):
 
 
 class PipelineConfig(_Strict):
-    extraction_enabled: bool = True
-    extraction_model: str = "gpt-4o-mini"
-    extraction_model_env: str = "BHGBRAIN_EXTRACTION_API_KEY"
     fallback_to_threshold_dedup: bool = True
 
 
@@ -196,7 +203,6 @@ class BHGBrainConfig(_Strict):
     auto_inject: AutoInjectConfig = Field(default_factory=AutoInjectConfig)
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
-    auto_summarize: bool = True
 
 
 class ConfigError(ValueError):
@@ -222,10 +228,31 @@ def _format_validation_error(error: ValidationError, path: Path) -> str:
     return f"Invalid config {path}: " + "; ".join(lines)
 
 
+def _drop_ignored(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The document without the keys nothing reads (a copy), and the dotted names of those it held."""
+    data, dropped = dict(data), []
+    for key in IGNORED_KEYS:
+        parent = data
+        for part in key[:-1]:
+            child = parent.get(part)
+            if not isinstance(child, dict):
+                break
+            parent[part] = parent = dict(child)
+        else:
+            if key[-1] in parent:
+                del parent[key[-1]]
+                dropped.append(".".join(key))
+    return data, dropped
+
+
 def parse_config(data: Any, path: Path) -> BHGBrainConfig:
-    """Validate a decoded config document; raise ConfigError naming the bad key."""
+    """Validate a decoded config document; raise ConfigError naming the bad key. Keys nothing
+    reads (``IGNORED_KEYS``) are accepted and ignored, with one warning."""
     if not isinstance(data, dict):
         raise ConfigError(f"Invalid config {path}: the top level must be a JSON object")
+    data, dropped = _drop_ignored(data)
+    if dropped:
+        logger.warning("config %s: %s no longer used; ignored (remove to silence this warning)", path, ", ".join(dropped))
     try:
         return BHGBrainConfig.model_validate(data)
     except ValidationError as exc:

@@ -27,10 +27,11 @@ SEED_KEYS = {
     "search.hybrid_weights.fulltext", "security.require_loopback_http", "security.allow_unauthenticated_http",
     "security.log_redaction", "security.rate_limit_rpm", "security.max_request_size_bytes",
     "auto_inject.max_chars", "auto_inject.max_tokens", "observability.metrics_enabled",
-    "observability.structured_logging", "observability.log_level", "pipeline.extraction_enabled",
-    "pipeline.extraction_model", "pipeline.extraction_model_env", "pipeline.fallback_to_threshold_dedup",
-    "auto_summarize",
+    "observability.structured_logging", "observability.log_level", "pipeline.fallback_to_threshold_dedup",
 }
+# The seed's keys that nothing reads: accepted in an old config (one warning), never written.
+IGNORED_SEED_KEYS = {"pipeline.extraction_enabled", "pipeline.extraction_model", "pipeline.extraction_model_env",
+                     "auto_summarize"}
 
 
 def _flatten(doc: dict, prefix: str = "") -> dict:
@@ -50,6 +51,7 @@ def test_first_run_creates_the_file_with_every_seed_key(tmp_path: Path, monkeypa
     written = _flatten(json.loads(path.read_text()))
     assert resolved == path
     assert SEED_KEYS <= set(written)
+    assert not IGNORED_SEED_KEYS & set(written)
     assert written["vector_index"] == "embedded"
     assert written["embedding.provider"] == "local"
     assert written["embedding.dimensions"] == 384
@@ -131,3 +133,31 @@ def test_cli_refuses_an_invalid_config_naming_the_key(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "config key 'defaults.recall_limit'" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_an_old_config_with_keys_nothing_reads_loads_with_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "config.json"
+    old = {"device": {"id": "old-1"}, "auto_summarize": False, "deduplication": {"enabled": False},
+           "pipeline": {"extraction_enabled": False, "extraction_model": "x", "extraction_model_env": "Y",
+                        "fallback_to_threshold_dedup": False}}
+    path.write_text(json.dumps(old))
+    with caplog.at_level("WARNING", logger="bhgbrain.config"):
+        config, _ = load_config(str(path))
+    warnings = [r for r in caplog.records if r.name == "bhgbrain.config"]
+    assert len(warnings) == 1
+    assert all(key in warnings[0].getMessage() for key in IGNORED_SEED_KEYS)
+    assert config.pipeline.fallback_to_threshold_dedup is False and config.deduplication.enabled is False
+    assert json.loads(path.read_text()) == old  # the user's file is left as it was
+
+
+def test_a_config_without_ignored_keys_loads_without_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"device": {"id": "new-1"}, "pipeline": {"fallback_to_threshold_dedup": True}}))
+    with caplog.at_level("WARNING", logger="bhgbrain.config"):
+        load_config(str(path))
+    assert not [r for r in caplog.records if r.name == "bhgbrain.config"]
+
+
+def test_an_unknown_key_is_still_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="pipeline.extraction_typo"):
+        parse_config({"pipeline": {"extraction_typo": True}}, tmp_path / "config.json")

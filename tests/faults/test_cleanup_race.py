@@ -45,7 +45,7 @@ def test_a_cleanup_landing_between_two_batches_of_another_trims_to_the_budget_no
     _due(ids[:5])
     nested: list[dict[str, Any]] = []
 
-    def meanwhile(done: int, total: int) -> None:  # after the first run's first batch committed
+    def meanwhile(stage: str, done: int, total: int | None) -> None:  # after the first run's first batch committed
         if not nested:
             nested.append(retention_cleanup().as_dict())
 

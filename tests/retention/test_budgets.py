@@ -167,7 +167,7 @@ def test_progress_is_reported_after_each_batch(hash_embedder, bhg_config, monkey
     expired = remember("Operational: expired before the cleanup", retention_tier="T2").id
     Memory.objects.filter(id=expired).update(expires_at=timezone.now() - timedelta(days=1))
     calls: list[tuple[int, int]] = []
-    report = cleanup.retention_cleanup(progress=lambda done, total: calls.append((done, total)))
+    report = cleanup.retention_cleanup(progress=lambda stage, done, total: calls.append((done, total)))
     assert (report.expired, report.trimmed["T3"]) == (1, 5)
     assert calls == [(1, 6), (3, 6), (5, 6), (6, 6)]  # the expired one, then T3 in batches of 2
 
@@ -189,4 +189,4 @@ def test_manage_py_gc_draws_its_progress_on_a_terminal_only(hash_embedder, bhg_c
     out = StringIO()
     call_command("gc", stdout=out, stderr=terminal)
     assert json.loads(out.getvalue())["trimmed"]["T3"] == 4
-    assert "gc: removing" in terminal.getvalue() and "4/4" in terminal.getvalue()
+    assert "gc: memories removed" in terminal.getvalue() and "4/4" in terminal.getvalue()

@@ -26,10 +26,9 @@ class Command(BaseCommand):
         self.stderr.ending = ""  # the bar writes whole lines itself
         try:
             with terminal_progress("gc", self.stderr) as bar:  # drawn only when stderr is a terminal
-                progress = (lambda done, total: bar("removing", done, total)) if bar else None
                 report = retention_cleanup(consolidate=options["consolidate"], dry_run=options["dry_run"],
                                            tier=options["tier"], force_compact=options["force_compact"],
-                                           progress=progress)
+                                           progress=bar)
         finally:
             self.stderr.ending = "\n"
         self.stdout.write(json.dumps(report.as_dict(), indent=2))
