@@ -16,14 +16,12 @@ from unfold.admin import ModelAdmin
 from bhgbrain_site.core.admin_base import ReadOnlyAdmin
 from bhgbrain_site.core.contracts import TIERS
 from bhgbrain_site.core.errors import DomainError
-from memories.admin.scope import AllNamespacesOnly, ListExport, NamespaceScoped, console, request_namespaces
+from memories.admin.scope import AllNamespacesOnly, ListExport, NamespaceScoped, request_namespaces
 from memories.curation.namespaces import Namespaces
 from memories.curation.queues import QUEUES
-from retention.archive import archive_export, archive_restore, archived_to_dict, memory_archive
+from retention.archive import archive_export, archive_restore, archived_to_dict
 from retention.dashboard import Dashboard, dashboard_snapshot
 from retention.models import ArchivedMemory, BackupRecord
-
-console.archive = memory_archive  # the memory list's "Archive now" and the review queue's "Archive"
 
 
 @admin.register(ArchivedMemory)

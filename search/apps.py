@@ -24,9 +24,12 @@ class SearchConfig(AppConfig):
     def ready(self) -> None:
         from django.apps import apps
 
+        from memories.curation.console import lend
         from memories.funnel import register_indexer
+        from search.console import memory_ids_ranked
         from search.fulltext import FullTextIndexer
 
         register_indexer(FullTextIndexer())  # the analyzed text follows every memory write
+        lend(search=memory_ids_ranked)  # the memory list's search box runs the product's hybrid search
         # post_migrate is only sent for apps with models: hang on to the memories app's.
         post_migrate.connect(_drop_orphans, sender=apps.get_app_config("memories"))

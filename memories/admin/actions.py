@@ -25,7 +25,8 @@ from django.template.response import TemplateResponse
 from unfold.widgets import UnfoldAdminSelectWidget, UnfoldAdminTextInputWidget
 
 from bhgbrain_site.core.errors import DomainError
-from memories.admin.scope import actor, console
+from memories.admin.scope import actor
+from memories.curation.console import console
 from memories.curation.edits import (
     UNPIN_TIER,
     check_tags,

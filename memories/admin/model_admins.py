@@ -26,9 +26,10 @@ from bhgbrain_site.core.errors import DomainError
 from memories.admin.actions import ACTIONS, TagsField
 from memories.admin.exports import memories_export, memory_export_columns
 from memories.admin.pages import ConsolePages
-from memories.admin.scope import AllNamespacesOnly, ListExport, NamespaceScoped, actor, console, request_namespaces
+from memories.admin.scope import AllNamespacesOnly, ListExport, NamespaceScoped, actor, request_namespaces
 from memories.api_tokens import token_change, token_create
 from memories.conversations import contexts, thread_turns
+from memories.curation.console import console
 from memories.curation.edits import EDITABLE_FIELDS, EVENT_FIELDS, memory_edit, memory_edit_check, memory_set_event
 from memories.curation.namespaces import Namespaces, curator_scope_set, within
 from memories.curation.queues import QUEUES, queue_condition

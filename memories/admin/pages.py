@@ -24,7 +24,8 @@ from django.urls import path, reverse
 from django.utils import timezone
 
 from bhgbrain_site.core.errors import DomainError
-from memories.admin.scope import actor, console, request_namespaces
+from memories.admin.scope import actor, request_namespaces
+from memories.curation.console import console
 from memories.curation.edits import memory_keep, memory_review_confirm, memory_set_tier
 from memories.curation.merges import memory_undo_merge, merges_for_review
 from memories.curation.queues import QUEUES, queue_condition

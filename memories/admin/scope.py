@@ -1,14 +1,13 @@
 """What the admin modules share: honouring curators' namespaces (memories.curation.namespaces), the services
-the upper apps lend the memory admin (:data:`console`), and streamed exports.
+the upper apps lend the console (memories.curation.console), and streamed exports.
 
 Not an interface itself: the apps' ``admin`` modules import it.
 """
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.contrib.admin.options import IncorrectLookupParameters
@@ -77,31 +76,6 @@ class AllNamespacesOnly:
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self._unscoped(request) and super().has_delete_permission(request, obj)  # type: ignore[misc]
-
-
-# --------------------------------------------------------------------------- lent by the upper apps
-
-
-class ArchiveService(Protocol):
-    def __call__(self, *, memory_id: str, actor: str, namespace: str | None = None) -> Any: ...
-
-
-class SearchService(Protocol):
-    def __call__(self, *, query: str, namespaces: Sequence[str], limit: int) -> list[str]: ...
-
-
-@dataclass
-class ConsoleServices:
-    """Services of the upper apps that the memory admin offers, which ``memories`` may not import
-    (layers): each app's admin module fills its slot when the admin autodiscovers it, as an index
-    registers with the write funnel. An empty slot hides the feature (archive) or falls back
-    (search: Django's own search over ``search_fields``)."""
-
-    archive: ArchiveService | None = None  # retention/admin.py: retention.archive.memory_archive
-    search: SearchService | None = None  # search/admin.py: search.console.memory_ids_ranked
-
-
-console = ConsoleServices()
 
 
 # --------------------------------------------------------------------------- exports
