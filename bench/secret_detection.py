@@ -16,7 +16,7 @@ Usage (from the repository root)::
     .venv/bin/python bench/secret_detection.py
     .venv/bin/python bench/secret_detection.py --baseline 05887ec --seed 7
 
-No assertions: tests/memories/test_secret_detection.py holds the quality thresholds.
+No assertions: tests/memories/pipeline/test_secret_detection.py holds the quality thresholds.
 """
 from __future__ import annotations
 

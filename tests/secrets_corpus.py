@@ -4,7 +4,7 @@ Every credential is generated at run time from a fixed seed in the provider's do
 (prefix, alphabet, length); none is real and none appears literally in this file, so nothing
 here looks like a leaked key to a repository scanner. ``corpus()`` returns the samples, each
 with a category, the text and whether it holds a secret. The same seed always gives the same
-corpus (``tests/memories/test_secret_detection.py`` and ``bench/secret_detection.py`` use it).
+corpus (``tests/memories/pipeline/test_secret_detection.py`` and ``bench/secret_detection.py`` use it).
 
 Positives: each credential is embedded in prose, code, shell, logs, JSON, YAML or ``.env``
 text, in English, Chinese and Japanese. Negatives: text that looks dangerous to a naive

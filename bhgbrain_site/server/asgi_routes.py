@@ -34,8 +34,8 @@ from django.core.handlers.asgi import ASGIRequest, get_script_prefix
 from django.http import HttpResponse
 from django.urls import Resolver404, ResolverMatch, resolve, set_script_prefix
 
-from bhgbrain_site import registry
-from bhgbrain_site.core import calls, rest
+from bhgbrain_site import registry, rest
+from bhgbrain_site.core import calls
 from bhgbrain_site.core.errors import AuthRequired, error_for_status
 from bhgbrain_site.server import views
 from bhgbrain_site.server.security import authenticate_scope, scope_peer

@@ -243,7 +243,7 @@ def test_the_cli_moves_a_store_and_says_so_in_json(tmp_path: Path, target: str) 
     assert semantic["compared"] == 2 and semantic["equivalent"] == 2  # EMBEDDING_UNAVAILABLE on both sides
     assert _query(target, "SELECT count(*) FROM memories")[0][0] == 2
     assert "\x1b[" not in proc.stderr and "2/2" not in proc.stderr  # piped: no bar
-    from tests.bhgbrain_site.test_cli import _on_terminal
+    from tests.bhgbrain_site.cli.test_main import _on_terminal
 
     code, out, terminal = _on_terminal("--config", str(config), "store", "migrate", "--to-database", target)
     assert code == 0 and json.loads(out)["inserted"]["memories"] == 0  # the second run copies nothing
