@@ -22,7 +22,7 @@ import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
@@ -348,7 +348,3 @@ def store_verify(*, source: str = SOURCE, progress: Progress | None = None) -> d
 
 def not_copied() -> dict[str, str]:
     return dict(NOT_COPIED)
-
-
-def table_labels() -> Iterable[str]:
-    return [table.label for table in COPIED]

@@ -24,7 +24,7 @@ from memories.curation.edits import memory_edit
 from memories.models import AccessDay, BootstrapSession, CuratorScope, Memory
 from retention.archive import memory_archive
 from retention.models import BackupRecord
-from retention.store_copy import table_labels
+from retention.store_copy import COPIED
 from tests.conftest import remember
 
 psycopg = pytest.importorskip("psycopg")
@@ -247,7 +247,7 @@ def test_the_cli_moves_a_store_and_says_so_in_json(tmp_path: Path, target: str) 
 
     code, out, terminal = _on_terminal("--config", str(config), "store", "migrate", "--to-database", target)
     assert code == 0 and json.loads(out)["inserted"]["memories"] == 0  # the second run copies nothing
-    assert "store migrate: verified" in terminal and f"{len(table_labels())}/{len(table_labels())}" in terminal
+    assert "store migrate: verified" in terminal and f"{len(COPIED)}/{len(COPIED)}" in terminal
     refused = subprocess.run([*bhgbrain, "store", "migrate", "--to-database", "mysql://x@y/z"],
                              capture_output=True, text=True, env=server_env(), timeout=120)
     assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["code"] == "INVALID_INPUT"

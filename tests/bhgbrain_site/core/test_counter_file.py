@@ -14,7 +14,7 @@ import pytest
 
 from bhgbrain_site.core.shared_cache import SharedCounterCache
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

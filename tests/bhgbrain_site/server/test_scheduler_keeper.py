@@ -48,7 +48,7 @@ def _alive(pid: int) -> bool:
 
 def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int]]:
     server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, STUBBORN], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2]
+        [sys.executable, "-c", SERVER, STUBBORN], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[3]
     )
     keeper = int(server.stdout.readline())
     cluster, job = (int(p) for p in server.stdout.readline().split())
@@ -84,6 +84,6 @@ def test_a_stopping_server_ends_the_group(tmp_path: Path) -> None:
 def test_a_cluster_that_exits_ends_the_keeper_with_its_code() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bhgbrain_site.server.scheduler_keeper", "--", sys.executable, "-c", "raise SystemExit(3)"],
-        cwd=Path(__file__).parents[2], timeout=30,
+        cwd=Path(__file__).parents[3], timeout=30,
     )
     assert done.returncode == 3
