@@ -11,7 +11,7 @@ the feed keeps the change for other processes, Qdrant and the scheduled ``vector
 - A new index registers once, from its app's ``AppConfig.ready``: :func:`register_indexer`
   (the full-text index does so from ``search/apps.py``).
 - Writes that change no memory (categories, tokens, backups) record their audit row with
-  :func:`audit`.
+  :func:`record_audit`.
 - A change that replaces a memory's content may keep what it replaced: :func:`save_memory`
   takes a :class:`Revision` (T0 edits, every dedup merge, an undone merge) and writes the
   ``memory_revisions`` row in the same transaction.

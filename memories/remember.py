@@ -56,7 +56,7 @@ class RememberInput:
     importance: float = 0.5
     source: str = "cli"
     retention_tier: str | None = None
-    # conversation memory (memories/remember.py): one message of a thread
+    # a message of a thread (message_remember, below)
     thread: str | None = None
     speaker: str | None = None
     occurred_at: datetime | None = None

@@ -4,7 +4,7 @@ Read-only selectors, scoped to the curator's namespaces (``memories.curation.nam
 health, memories per namespace × tier against the tier budgets, growth and accesses over the
 last 30 days, and the queues that need a person (expiring soon, T1 due for review, consolidation
 candidates, the vector-sync backlog), backups and the latest audit events. A handful of aggregate
-queries, so it stays fast on a large store (docs/operations.md has the measurement).
+queries, so it stays fast on a large store (docs/performance.md has the measurement).
 """
 from __future__ import annotations
 
