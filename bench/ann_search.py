@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 import numpy as np  # noqa: E402
 from search_latency import (  # noqa: E402 - also sets the BLAS thread count as the server does
     LIMIT,
@@ -31,8 +33,6 @@ from search_latency import (  # noqa: E402 - also sets the BLAS thread count as 
     make_questions,
     memory_combinations,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 Search = Callable[[np.ndarray], np.ndarray]
 KEEP = 400  # rows re-scored exactly per searched structure (SHORTLIST_MIN)

@@ -21,11 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-import search_latency as lat  # noqa: E402 - bulk loading, Django set-up and machine facts are shared
-from machine import load_average, memory_snapshot  # noqa: E402
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+
+import search_latency as lat  # noqa: E402 - bulk loading, Django set-up and machine facts are shared
+from machine import load_average, memory_snapshot  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:

@@ -27,15 +27,14 @@ import sys
 import time
 from pathlib import Path
 
-from machine import mapped_file_rss_mib, proc_status_mib  # noqa: E402
-
-import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
+
 # isort: split
+from machine import mapped_file_rss_mib, proc_status_mib  # noqa: E402
 
 MODES = ("fulltext", "semantic", "hybrid")
 LIMIT = 10

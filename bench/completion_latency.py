@@ -25,11 +25,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import search_latency as lat  # noqa: E402 - Django set-up and the database choice are shared
-from machine import load_average  # noqa: E402
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+
+import search_latency as lat  # noqa: E402 - Django set-up and the database choice are shared
+from machine import load_average  # noqa: E402
 
 CHUNK = 5000
 WORDS = ("alpha", "build", "cloud", "deploy", "edge", "infra", "network", "release", "staging", "vpn")

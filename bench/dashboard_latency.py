@@ -26,11 +26,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import search_latency as lat  # noqa: E402 - bulk loading, Django set-up and machine facts are shared
-from machine import load_average  # noqa: E402
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+
+import search_latency as lat  # noqa: E402 - bulk loading, Django set-up and machine facts are shared
+from machine import load_average  # noqa: E402
 
 TIER_SHARES = (("T0", 2), ("T1", 15), ("T2", 60), ("T3", 23))
 CHUNK = 5000

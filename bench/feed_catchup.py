@@ -29,12 +29,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+
 import search_latency as lat  # noqa: E402 - the store set-up, loaders and machine facts are shared
 from load import percentiles  # noqa: E402
 from machine import load_average  # noqa: E402
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 STEPS = ("flush", "vector catch-up", "text catch-up", "full-text after", "full-text steady",
          "semantic after", "semantic steady")

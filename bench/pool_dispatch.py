@@ -23,13 +23,13 @@ from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+
 import search_latency as lat  # noqa: E402 - the store set-up, loaders and machine facts are shared
 from load import percentiles  # noqa: E402
 from machine import load_average  # noqa: E402
 from mcp_initialize import write_snapshots  # noqa: E402
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 THREADS = 12  # the server's read pool
 

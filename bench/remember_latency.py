@@ -42,8 +42,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from machine import MemorySnapshot, cpu_model, load_average, memory_snapshot, package_version, usable_cpus  # noqa: E402
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
@@ -62,6 +60,11 @@ WARMUP = 20
 MIN_WORDS, MAX_WORDS = 10, 40
 MAX_FILL_FACTOR = 3  # (a) gives up after N * 3 calls if merges keep the store from reaching N
 
+
+# --------------------------------------------------------------------------- CLI
+
+
+from machine import MemorySnapshot, cpu_model, load_average, memory_snapshot, package_version, usable_cpus  # noqa: E402
 
 # --------------------------------------------------------------------------- CLI
 

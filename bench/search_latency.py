@@ -51,16 +51,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import numpy as np  # noqa: E402
-from machine import cpu_model, load_average, memory_snapshot, package_version, python_speed_ms, usable_cpus  # noqa: E402
-
-import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+import bhgbrain_site  # noqa: E402,F401 - sets the BLAS thread count before numpy loads, as the server does
+
 # isort: split
+import numpy as np  # noqa: E402
 
 if TYPE_CHECKING:
     from memories.embeddings import Embedder
@@ -78,6 +76,11 @@ BATCH = 2000
 MIN_WORDS, MAX_WORDS = 10, 30
 SENTENCES_PER_MEMORY = ((1, 0.35), (2, 0.45), (3, 0.20))  # (sentences joined, probability)
 
+
+# --------------------------------------------------------------------------- CLI
+
+
+from machine import cpu_model, load_average, memory_snapshot, package_version, python_speed_ms, usable_cpus  # noqa: E402
 
 # --------------------------------------------------------------------------- CLI
 

@@ -31,14 +31,14 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+
 from machine import cpu_model, load_average, usable_cpus  # noqa: E402
 from search_latency import product_revision  # noqa: E402
 
-from memories.pipeline import normalize
+from memories.pipeline import normalize  # noqa: E402
 from tests.secrets_corpus import SEED, Sample, corpus, overall, score  # noqa: E402
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 DOC_BYTES = 1024
 

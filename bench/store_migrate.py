@@ -21,11 +21,11 @@ import time
 import uuid
 from pathlib import Path
 
-import search_latency as lat  # noqa: E402 - bulk loading, Django set-up and machine facts are shared
-from machine import load_average  # noqa: E402
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+
+import search_latency as lat  # noqa: E402 - bulk loading, Django set-up and machine facts are shared
+from machine import load_average  # noqa: E402
 
 SERVER = "postgresql://postgres@127.0.0.1:5432"
 

@@ -23,16 +23,16 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np  # noqa: E402
-
-import bhgbrain_site  # noqa: E402,F401 - one BLAS thread, as the server
-from search.bm25.compiled import MIN_POSTINGS as DEFAULT_MIN_POSTINGS  # noqa: E402
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bhgbrain_site.settings")
 
+import bhgbrain_site  # noqa: E402,F401 - one BLAS thread, as the server
+
 # isort: split
+import numpy as np  # noqa: E402
+
+from search.bm25.compiled import MIN_POSTINGS as DEFAULT_MIN_POSTINGS  # noqa: E402
 
 
 def _percentile(values: list[float], pct: int) -> float:

@@ -79,6 +79,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+
 import httpx  # noqa: E402
 import search_latency as lat  # noqa: E402 - store set-up, questions and machine facts are shared
 import ts_mcp  # noqa: E402
@@ -87,9 +90,6 @@ from load import CallFailed, http_transport, mcp_session_calls, percentiles  # n
 from machine import load_average  # noqa: E402
 from mcp_initialize import server_rss_mib, stdio_parameters, stdio_pids, write_snapshots  # noqa: E402
 from workers_load import preload_store, rss_mib, start_server, stop_server  # noqa: E402
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 RESULTS = REPO_ROOT / "bench" / "results"
 PY_CLIENT = REPO_ROOT / "bench" / "mcp_py_client.py"

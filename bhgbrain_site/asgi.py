@@ -5,18 +5,19 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from django.conf import settings  # noqa: E402 - needs the app registry
 from django.core.asgi import get_asgi_application
 
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bhgbrain_site.settings")
+django_app = get_asgi_application()
+
+from django.conf import settings  # noqa: E402 - needs the app registry
+
 from bhgbrain_site.core.errors import AuthRequired  # noqa: E402
-from bhgbrain_site.server import asgi_routes
+from bhgbrain_site.server import asgi_routes  # noqa: E402
 from bhgbrain_site.server.security import authenticate_scope, http_guard, is_loopback, respond_error  # noqa: E402
 from bhgbrain_site.server.views import health_snapshots  # noqa: E402
 from mcp_bridge.server import PRINCIPAL_SCOPE_KEY, build_server  # noqa: E402
 from mcp_bridge.streamable_http import http_app  # noqa: E402
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bhgbrain_site.settings")
-django_app = get_asgi_application()
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
