@@ -370,7 +370,7 @@ _OTHER_PROCESS = textwrap.dedent("""
     settings.BHGBRAIN.index_snapshots = True
     settings.BHGBRAIN_DATA_DIR = Path(sys.argv[1])
     from tests.conftest import HashEmbedder
-    from tests.search.test_index_snapshots import _text_index
+    from tests.memories.indexes.test_snapshots import _text_index
     from memories.analyzer import analyze_query
     from memories.indexes.embedded import EmbeddedVectorIndex
     embedder = HashEmbedder()

@@ -14,7 +14,7 @@ import pytest
 from search.bm25 import compiled
 from search.bm25.text_index import TextIndex
 from search.bm25.topk import Bm25, TermList, top_k
-from tests.search.test_bm25_topk import K1, B, _brute, _lists, _reference
+from tests.search.bm25.test_topk import K1, B, _brute, _lists, _reference
 
 
 @pytest.fixture(scope="module")
