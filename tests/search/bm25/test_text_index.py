@@ -28,12 +28,12 @@ def test_text_index_updates_expiry_in_place_and_replaces_edited_rows(hash_embedd
     mid = remember("The billing service runs on Kubernetes", retention_tier="T3").id
     now = timezone.now()
     assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=now, limit=5)] == [mid]
-    rows_before, version = index.row_count(), index._version  # noqa: SLF001
+    rows_before, version = index.row_count(), index.version
     funnel.update_memories([mid], {"expires_at": now + timedelta(days=400)}, audit=None, at=now)
     later = now + timedelta(days=200)
     assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=later, limit=5)] == [mid]
     assert index.row_count() == rows_before  # updated in place
-    assert index._version == version  # noqa: SLF001 - the cached eligible rows were adjusted, not dropped
+    assert index.version == version  # the cached eligible rows were adjusted, not dropped
     funnel.update_memories([mid], {"expires_at": now + timedelta(days=1)}, audit=None, at=now)  # shortened
     assert index.search(["kubernet"], namespace="global", collection=None, now=now + timedelta(days=2), limit=5) == []
     assert [h[0] for h in index.search(["kubernet"], namespace="global", collection=None, now=now, limit=5)] == [mid]
@@ -83,21 +83,22 @@ def test_a_database_error_while_catching_up_loses_no_change(hash_embedder, monke
     """The feed position moved before the changed rows were fetched: a failed fetch must not skip them."""
     from django.db import OperationalError
 
+    from memories.indexes import base
     from search.bm25 import text_index
 
     index = text_index.TextIndex(0.9, 0.4, 2)
     first = remember("The billing service runs on Kubernetes").id
     assert _index_search(index, "kubernetes") == [first]
     second = remember("Kubernetes upgrades happen on Tuesdays").id
-    real = text_index._typed  # noqa: SLF001 - replaced to fail once, then restored
+    real = base.expiries_of  # read right after the changed rows: replaced to fail once, then restored
 
-    def locked(rows: list[tuple]) -> list[tuple]:
+    def locked(memory_ids: set) -> dict:
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(text_index, "_typed", locked)
+    monkeypatch.setattr(base, "expiries_of", locked)
     with pytest.raises(OperationalError):
         _index_search(index, "kubernetes")
-    monkeypatch.setattr(text_index, "_typed", real)
+    monkeypatch.setattr(base, "expiries_of", real)
     assert set(_index_search(index, "kubernetes")) == {first, second}
     assert index.row_count() == 2  # caught up from the feed, not reloaded
 
@@ -109,10 +110,10 @@ def test_long_lists_get_their_statistics_ahead_and_the_ranking_is_unchanged(hash
     """After a load, a daemon thread computes each long list's statistics (largest tf, shortest
     row, impact, documents per large namespace) that the term's first search would: the same
     values the search computes itself, and the same ranking."""
-    from search.bm25 import text_index
+    from search.bm25 import primer, statistics, text_index
 
-    monkeypatch.setattr(text_index, "PRIME_MIN_POSTINGS", 3)
-    monkeypatch.setattr(text_index, "IMPACT_MIN_POSTINGS", 3)
+    monkeypatch.setattr(primer, "PRIME_MIN_POSTINGS", 3)
+    monkeypatch.setattr(statistics, "IMPACT_MIN_POSTINGS", 3)
     add_fillers()
     for i in range(4):
         remember(f"Kubernetes cluster number {i} runs the billing service")
@@ -121,34 +122,34 @@ def test_long_lists_get_their_statistics_ahead_and_the_ranking_is_unchanged(hash
     first = _index_search(primed, "kubernetes billing")  # loads, then the primer runs
     assert primed.primer is not None
     primed.primer.join(timeout=10)
-    code = primed._codes["n:global"]  # noqa: SLF001
     term = analyze_query("kubernetes")[0]
-    assert term in primed._term_stats and term in primed._impacts and (code, term) in primed._df  # noqa: SLF001
+    ahead = primed.statistics
+    assert term in ahead.bounds and term in ahead.impacts and (primed.namespace_code("global"), term) in ahead.df
 
     unprimed = text_index.TextIndex(0.9, 0.4, 2)
     monkeypatch.setattr(text_index.TextIndex, "_prime_soon", lambda self: None)
     assert _index_search(unprimed, "kubernetes billing") == first
-    for cache in ("_term_stats", "_df"):  # what the search computed itself, the primer computed the same
-        computed, ahead = getattr(unprimed, cache), getattr(primed, cache)
+    for cache in ("bounds", "df"):  # what the search computed itself, the primer computed the same
+        computed, ahead = getattr(unprimed.statistics, cache), getattr(primed.statistics, cache)
         assert computed and {key: ahead.get(key) for key in computed} == computed, cache
     # impacts: the primer's are taken at the largest namespace's avgdl, a bound for every smaller one
-    assert unprimed._impacts.keys() <= primed._impacts.keys()  # noqa: SLF001
+    assert unprimed.statistics.impacts.keys() <= primed.statistics.impacts.keys()
 
 
 def test_a_reload_stops_the_last_primer(hash_embedder, monkeypatch) -> None:
-    from search.bm25 import text_index
+    from search.bm25 import primer, text_index
 
-    monkeypatch.setattr(text_index, "PRIME_MIN_POSTINGS", 1)
+    monkeypatch.setattr(primer, "PRIME_MIN_POSTINGS", 1)
     add_fillers()
     index = text_index.TextIndex(0.9, 0.4, 2)
-    with index._lock:  # noqa: SLF001 - the primer waits for the lock, then finds itself replaced
-        index._load()  # noqa: SLF001
+    with index.held():  # the primer waits for the lock, then finds itself replaced
+        index.reload()
         first = index.primer
-        index._load()  # noqa: SLF001
+        index.reload()
     assert first is not None and first is not index.primer
     first.join(timeout=10)
     index.primer.join(timeout=10)
-    assert not first.is_alive() and index._term_stats  # noqa: SLF001 - the second one did the work
+    assert not first.is_alive() and index.statistics.bounds  # the second one did the work
 
 
 def test_a_search_waiting_for_the_lock_gets_it_between_two_primed_terms(hash_embedder, monkeypatch) -> None:
@@ -174,10 +175,10 @@ def test_a_search_waiting_for_the_lock_gets_it_between_two_primed_terms(hash_emb
 
     monkeypatch.setattr(index, "_long_terms", lambda: [f"t{i}" for i in range(100)])
     monkeypatch.setattr(index, "_prime_term", busy_term)
-    with index._lock:  # noqa: SLF001
-        index._prime_soon()  # noqa: SLF001
+    with index.held():
+        index._prime_soon()  # noqa: SLF001 - what a load does last
     assert started.wait(timeout=10)
-    with index._lock:  # noqa: SLF001 - what a search does
+    with index.held():  # what a search does
         waited_for = len(primed)
     index.primer.join(timeout=30)
     assert len(primed) == 100 and waited_for <= 5, waited_for
