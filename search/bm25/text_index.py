@@ -268,16 +268,8 @@ class TextIndex(Primer, InProcessIndex):
         self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
         self._dead = int(snapshot.meta["dead"])
         self._postings.open(terms, arrays["post_rows"], arrays["post_tfs"], offsets)
-        self._count_namespaces()
+        self._ns_docs = _namespace_totals(self._alive, self._ns, self._dl)
         return True
-
-    def _count_namespaces(self) -> None:
-        """Each namespace's live rows and their total length, from the per-row arrays."""
-        alive = np.frombuffer(self._alive, dtype=np.int8) != 0
-        ns = np.frombuffer(self._ns, dtype=np.int32)[alive]
-        counts = np.bincount(ns)
-        lengths = np.bincount(ns, weights=np.frombuffer(self._dl, dtype=np.float32)[alive].astype(np.float64))
-        self._ns_docs = {code: [int(counts[code]), float(lengths[code])] for code in np.flatnonzero(counts).tolist()}
 
     def _capture(self) -> snapshots.Capture | None:
         """Rows and posting lists with their feed position, copied under the lock into a few
@@ -371,6 +363,15 @@ class TextIndex(Primer, InProcessIndex):
     def postings(self) -> Postings:
         """The posting lists (in RAM, and mapped from a snapshot), for tests to read."""
         return self._postings
+
+
+def _namespace_totals(alive_flags: array, ns_codes: array, lengths: array) -> dict[int, list[float]]:
+    """Each namespace's live rows and their total length, from the per-row arrays (an opened snapshot's)."""
+    alive = np.frombuffer(alive_flags, dtype=np.int8) != 0
+    ns = np.frombuffer(ns_codes, dtype=np.int32)[alive]
+    counts = np.bincount(ns)
+    totals = np.bincount(ns, weights=np.frombuffer(lengths, dtype=np.float32)[alive].astype(np.float64))
+    return {code: [int(counts[code]), float(totals[code])] for code in np.flatnonzero(counts).tolist()}
 
 
 def _raw(values: np.ndarray) -> memoryview:
