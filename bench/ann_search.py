@@ -74,7 +74,7 @@ def measure(name: str, queries: np.ndarray, truth: list[np.ndarray], call: Searc
 
 
 def sketch_runs(matrix: np.ndarray, queries: np.ndarray, truth: list[np.ndarray], rng: np.random.Generator) -> list[dict]:
-    from memories.indexes.embedded import fit_projection
+    from memories.indexes.sketch import fit_projection
 
     sample = matrix[np.sort(rng.choice(matrix.shape[0], size=min(20_000, matrix.shape[0]), replace=False))]
     projection = fit_projection(sample, matrix.shape[1] // 3, matrix.shape[0])
@@ -118,8 +118,7 @@ def hnsw_runs(matrix: np.ndarray, queries: np.ndarray, truth: list[np.ndarray], 
     with lock:
         for row in range(len(matrix)):
             index.put(row, (int(minority[row]), 0, bool(threaded[row])))
-        for pid in range(len(index._parts)):  # noqa: SLF001 - start every build now, not on the first search
-            index._start_build(pid)  # noqa: SLF001
+        index.start_builds()  # every build now, not on the first search
     index.wait()
     build = {"name": f"HNSW build (usearch i8, M={hnsw.CONNECTIVITY}, ef_add={hnsw.EXPANSION_ADD}, {index.graphs()} graphs)",
              "seconds": round(time.perf_counter() - started, 1), "peak_rss_mib": round(_peak_rss_mib())}

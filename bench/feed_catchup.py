@@ -54,8 +54,7 @@ def parse_args() -> argparse.Namespace:
 def _caught_up(index: object) -> Callable[[], None]:
     """Bring one in-process index up to the feed, as its next search would first."""
     def catch_up() -> None:
-        with index._lock:  # noqa: SLF001 - the same hold a search takes
-            index._catch_up()  # noqa: SLF001
+        index.catch_up()  # under the index's lock, as a search
     return catch_up
 
 

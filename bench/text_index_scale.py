@@ -42,17 +42,15 @@ def _percentile(values: list[float], pct: int) -> float:
 
 def reference(index, terms: list[str], namespace: str, now: float, limit: int) -> list[tuple[str, float]]:  # noqa: ANN001
     """Every posting scored: what the index's answer must equal."""
-    ns_code = index._codes["n:" + namespace]  # noqa: SLF001
-    ns = np.frombuffer(index._ns, dtype=np.int32)  # noqa: SLF001
-    alive = np.frombuffer(index._alive, dtype=np.int8).astype(bool)  # noqa: SLF001
-    in_ns = alive & (ns == ns_code)
+    columns = index.columns(namespace)
+    in_ns = columns["alive"] & columns["in_namespace"]
     n_docs = int(in_ns.sum())
-    dl = np.frombuffer(index._dl, dtype=np.float32)  # noqa: SLF001
+    dl = columns["dl"]
     avgdl = max(float(dl[in_ns].astype(np.float64).mean()), 1.0)
-    eligible = in_ns & (np.frombuffer(index._live, dtype=np.float64) > now)  # noqa: SLF001
-    scores = np.zeros(index.row_count(), dtype=np.float64)  # noqa: SLF001
+    eligible = in_ns & (columns["live"] > now)
+    scores = np.zeros(index.row_count(), dtype=np.float64)
     for term in dict.fromkeys(terms):
-        posting = index._posting(term)  # noqa: SLF001
+        posting = index.posting(term)
         if posting is None:
             continue
         rows = np.asarray(posting[0], dtype=np.int32)
@@ -67,7 +65,7 @@ def reference(index, terms: list[str], namespace: str, now: float, limit: int) -
         scores[rows] += idf * tfs * (index.k1 + 1) / (tfs + norm)
     hits = np.flatnonzero(scores > 0)
     best = hits[np.lexsort((hits, -scores[hits]))][:limit]
-    return [(index._row_ids.get(int(i)) or "", float(scores[i])) for i in best]  # noqa: SLF001
+    return [(index.memory_id(int(i)) or "", float(scores[i])) for i in best]
 
 
 def build(size: int, seed: int):  # noqa: ANN201
@@ -84,8 +82,8 @@ def build(size: int, seed: int):  # noqa: ANN201
     for i, combo in enumerate(sl.memory_combinations(size, len(sentences), rng)):
         content = " ".join(sentences[k] for k in combo)
         context = sentences[(combo[0] + 1) % len(sentences)] if i % 3 == 0 else ""
-        index._add(f"m{i}", content, "", context, "global", "general", math.inf)  # noqa: SLF001
-    index._loaded = True  # noqa: SLF001
+        index.add_row(f"m{i}", content, namespace="global", context=context)
+    index.mark_loaded()
     return index, sl.make_questions(200, random.Random(seed + 1)), time.perf_counter() - started
 
 
@@ -105,16 +103,16 @@ def run_size(size: int, seed: int, limit: int, scorer: str) -> dict[str, object]
         if compiled.load_now() is None:
             raise SystemExit("the compiled scorer is unavailable (is numba installed?)")
     for terms in queries[:20]:
-        index._score(terms, "global", None, now, limit)  # noqa: SLF001
+        index.score(terms, namespace="global", collection=None, now=now, limit=limit)
     timings, same, postings = [], 0, []
     for terms in queries:
         started = time.perf_counter()
-        got = index._score(terms, "global", None, now, limit)  # noqa: SLF001
+        got = index.score(terms, namespace="global", collection=None, now=now, limit=limit)
         timings.append((time.perf_counter() - started) * 1000)
         want = reference(index, terms, "global", now.timestamp(), limit)
         same += len(got) == len(want) and all(  # the same scores: rows tied at one score may swap
             math.isclose(a, b, rel_tol=1e-4) for (_, a), (_, b) in zip(got, want, strict=True))
-        postings.append(sum(len(p[0]) for t in dict.fromkeys(terms) if (p := index._posting(t)) is not None))  # noqa: SLF001
+        postings.append(sum(len(p[0]) for t in dict.fromkeys(terms) if (p := index.posting(t)) is not None))
     return {
         "size": size, "scorer": scorer, "load_s": round(load_s, 1), "queries": len(queries),
         "p50_ms": round(_percentile(timings, 50), 2), "p95_ms": round(_percentile(timings, 95), 2),

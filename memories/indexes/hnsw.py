@@ -373,6 +373,19 @@ class AnnIndex:
         for thread in list(self._threads):
             thread.join()
 
+    def dirty_rows(self) -> set[int]:
+        """Rows changed since their partition's graph was built (applied at its next refresh)."""
+        return set().union(*(part.dirty for part in self._parts))
+
+    def graph(self, pid: int) -> object | None:
+        """Partition ``pid``'s graph (None: not built)."""
+        return self._parts[pid].graph
+
+    def start_builds(self) -> None:
+        """Start every partition's graph build now, not on its first search (benchmarks)."""
+        for pid in range(len(self._parts)):
+            self._start_build(pid)
+
     def graphs(self) -> int:
         """How many partitions have a graph."""
         return sum(part.graph is not None for part in self._parts)

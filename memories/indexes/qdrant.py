@@ -1,13 +1,7 @@
 """The Qdrant vector index (``vector_index: "qdrant"``): a server, a cluster, or local mode.
 
-Layout of the original BHGBrain 1.3+, so devices and existing deployments share it: one
-Qdrant collection per namespace + collection, ``bhgbrain_{namespace}_{collection}`` (a ``/``
-in a namespace, which Qdrant refuses in names, becomes ``__``), cosine distance, point id =
-memory uuid, payload ``namespace type tags collection content summary category source
-importance retention_tier decay_eligible expires_at (Unix seconds or null) device_id
-created_at``, keyword/bool/integer payload indexes on the filter fields. Names may collide
-(``a_b`` + ``c`` and ``a`` + ``b_c``); every search also filters on the payload's namespace
-and collection, so a collision never mixes results.
+A memory's point (the original BHGBrain 1.3+ layout): memories/indexes/qdrant_points.py; the
+client and the collections: memories/indexes/qdrant_collections.py.
 
 Writes reach Qdrant through the change feed (``vector_changes``, written in the memory's
 own transaction): :meth:`QdrantVectorIndex.sync` applies every row after this store's
@@ -22,11 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
-import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -35,111 +26,28 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
-from django.utils import timezone
 
 from bhgbrain_site.core.config import QdrantConfig
-from memories import incoming
 from memories.conversations import contexts
-from memories.embeddings import from_bytes, to_bytes
+from memories.embeddings import from_bytes
 from memories.indexes import sparse
 from memories.indexes.feed import split_expiries
+from memories.indexes.qdrant_collections import QdrantCollections
+from memories.indexes.qdrant_points import (
+    collection_name,
+    expiry_payload,
+    memory_from_point,
+    memory_sparse,
+    point_payload,
+    sparse_vector,
+    stored_point,
+)
 from memories.indexes.vectors import StoredPoint, VectorHit
-from memories.models import ChangeFeedEntry, Memory, MemorySource, MemoryType, Operation, RetentionTier, VectorIndexCursor
-from memories.pipeline import normalize
+from memories.models import ChangeFeedEntry, Memory, VectorIndexCursor
 
 logger = logging.getLogger("bhgbrain.qdrant")
 
-PREFIX = "bhgbrain_"
 SYNC_BATCH = 1000
-LIST_TTL = 10.0  # seconds a listing of collections is reused
-
-
-def collection_name(namespace: str, collection: str) -> str:
-    return f"{PREFIX}{namespace.replace('/', '__')}_{collection}"
-
-
-def _unix(value: datetime | None) -> int | None:
-    return int(value.timestamp()) if value is not None else None
-
-
-def expiry_payload(decay_eligible: bool, expires_at: datetime | None) -> dict[str, Any]:
-    """The payload keys an expiry-only change moves (the feed's ``expiry`` rows)."""
-    return {"decay_eligible": decay_eligible, "expires_at": _unix(expires_at) if decay_eligible else None}
-
-
-def point_payload(memory: Memory) -> dict[str, Any]:
-    return {
-        "namespace": memory.namespace, "collection": memory.collection, "type": memory.type, "tags": list(memory.tags),
-        "content": memory.content, "summary": memory.summary, "category": memory.category, "source": memory.source,
-        "importance": memory.importance, "retention_tier": memory.retention_tier,
-        **expiry_payload(memory.decay_eligible, memory.expires_at),
-        "device_id": memory.device_id, "created_at": memory.created_at.isoformat(),
-        # beyond the original's layout (it ignores unknown keys): conversation and event fields
-        "thread": memory.thread, "speaker": memory.speaker, "message_id": memory.message_id,
-        "occurred_at": _iso_or_none(memory.occurred_at), "event_at": _iso_or_none(memory.event_at),
-        "valid_until": _iso_or_none(memory.valid_until), "status": memory.status,
-    }
-
-
-def _iso_or_none(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
-def memory_from_point(point: StoredPoint, model_id: str, dimensions: int) -> Memory:
-    """An (unsaved) Memory from a point's payload, the inverse of :func:`point_payload`: its
-    metadata, expiry, device id (the local one when the payload has none) and vector, so nothing
-    is embedded again. Raises ValueError on a payload it cannot trust."""
-    payload = point.payload
-    content = normalize.normalize_content(str(payload.get("content") or ""))
-    namespace = str(payload.get("namespace") or "")
-    if not namespace or not content:
-        raise ValueError("payload without namespace or content")
-    tier = incoming.choice_or(payload.get("retention_tier"), RetentionTier.values, RetentionTier.T2)
-    decay = bool(payload.get("decay_eligible", tier != "T0"))
-    synced = point.vector is not None and len(point.vector) == dimensions
-    now = timezone.now()
-    return Memory(
-        id=uuid.UUID(point.id), namespace=incoming.namespace(namespace), collection=incoming.collection(payload.get("collection")),
-        type=incoming.choice_or(payload.get("type"), MemoryType.values, MemoryType.SEMANTIC),
-        category=payload.get("category"), content=content,
-        summary=str(payload.get("summary") or normalize.make_summary(content))[: normalize.SUMMARY_MAX],
-        tags=incoming.tags(payload.get("tags")), source=incoming.choice_or(payload.get("source"), MemorySource.values, MemorySource.AGENT),
-        checksum=normalize.checksum(content), importance=incoming.unit_interval(payload.get("importance", 0.5)),
-        retention_tier=tier, decay_eligible=decay, expires_at=incoming.when(payload.get("expires_at")) if decay else None,
-        device_id=payload.get("device_id") or settings.BHGBRAIN_DEVICE_ID, last_operation=Operation.ADD,
-        embedding=to_bytes(np.asarray(point.vector, dtype=np.float32)) if synced else None,
-        embedding_model=model_id if synced else "", vector_synced=synced,
-        created_at=incoming.when(payload.get("created_at")) or now, updated_at=now,
-        **incoming.conversation(payload.get),
-    )
-
-
-def _stored(point: Any) -> StoredPoint:
-    vector = point.vector.get("") if isinstance(point.vector, dict) else point.vector  # "": the unnamed dense vector
-    return StoredPoint(id=str(point.id), payload=dict(point.payload or {}), vector=vector if isinstance(vector, list) else None)
-
-
-def _sparse_vector(weights: dict[int, float]) -> Any:
-    from qdrant_client import models
-
-    keys = sorted(weights)
-    return models.SparseVector(indices=keys, values=[float(weights[k]) for k in keys])
-
-
-def _sparse_config() -> Any:
-    from qdrant_client import models
-
-    return models.SparseVectorParams(modifier=models.Modifier.IDF)
-
-
-def _memory_sparse(memory: Memory, context: str) -> Any:
-    return _sparse_vector(sparse.memory_weights(memory.content, memory.tags, context))
-
-
-def _payload_sparse(payload: dict[str, Any]) -> Any:
-    """Another device's point (no row here): its payload's content and tags; no context."""
-    tags = payload.get("tags") if isinstance(payload.get("tags"), list) else []
-    return _sparse_vector(sparse.memory_weights(str(payload.get("content") or ""), [str(t) for t in tags]))
 
 
 class SparseVectorsMissing(LookupError):
@@ -148,140 +56,41 @@ class SparseVectorsMissing(LookupError):
 
 
 class QdrantVectorIndex:
+    """The vector index on Qdrant: writes pushed from the change feed, dense and BM25 reads."""
+
     kind = "qdrant"  # the config's vector_index value
     shared = True
 
     def __init__(self, config: QdrantConfig, model_id: str, dimensions: int) -> None:
         self.model_id = model_id
         self.dimensions = dimensions
-        self._config = config
-        self._client: Any = None
+        self.store = QdrantCollections(config, dimensions)
         self._lock = threading.RLock()
-        self._ensured: set[str] = set()
-        self._sparse_ready: set[str] = set()  # collections known to carry the bm25 sparse vector
-        self._sparse_missing: set[str] = set()  # old collections the server could not give one
         self._upgraded = False
-        self._listing: tuple[float, list[str]] = (0.0, [])
 
-    # ------------------------------------------------------------------ connection
+    # ------------------------------------------------------------------ the Qdrant it talks to
 
     @property
     def location(self) -> str:
-        if self._config.mode == "external":
-            return str(self._config.external_url)
-        return str(self._local_path())
-
-    def _local_path(self) -> Path:
-        path = Path(self._config.embedded_path).expanduser()
-        return path if path.is_absolute() else Path(settings.BHGBRAIN_DATA_DIR) / path
+        return self.store.location
 
     def client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                from qdrant_client import QdrantClient
-
-                if self._config.mode == "external":
-                    key = os.environ.get(self._config.api_key_env) if self._config.api_key_env else None
-                    self._client = QdrantClient(url=self._config.external_url, api_key=key, timeout=10)
-                else:  # local mode: one process at a time may open the folder
-                    self._client = QdrantClient(path=str(self._local_path()))
-            return self._client
+        return self.store.client()
 
     def close(self) -> None:
-        with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
-
-    # ------------------------------------------------------------------ collections
-
-    def _ensure(self, name: str) -> None:
-        if name in self._ensured:
-            return
-        from qdrant_client import models
-
-        client = self.client()
-        if not client.collection_exists(name):
-            client.create_collection(
-                name, vectors_config=models.VectorParams(size=self.dimensions, distance=models.Distance.COSINE),
-                sparse_vectors_config={sparse.VECTOR_NAME: _sparse_config()},
-            )
-            self._sparse_ready.add(name)
-            for field, schema in (("namespace", models.PayloadSchemaType.KEYWORD), ("collection", models.PayloadSchemaType.KEYWORD),
-                                  ("type", models.PayloadSchemaType.KEYWORD), ("retention_tier", models.PayloadSchemaType.KEYWORD),
-                                  ("decay_eligible", models.PayloadSchemaType.BOOL), ("expires_at", models.PayloadSchemaType.INTEGER),
-                                  ("device_id", models.PayloadSchemaType.KEYWORD)):
-                with warnings.catch_warnings():  # local mode ignores payload indexes (and says so)
-                    warnings.simplefilter("ignore", UserWarning)
-                    client.create_payload_index(name, field_name=field, field_schema=schema)
-            self._listing = (0.0, [])
-        self._ensure_sparse(name)
-        self._ensured.add(name)
-
-    # ------------------------------------------------------------------ sparse vectors (BM25)
-
-    def _ensure_sparse(self, name: str) -> bool:
-        """Give a collection created before full-text moved into Qdrant its ``bm25`` sparse vector,
-        and every point its sparse vector (from this store's rows, else from the payload: nothing
-        is embedded again). Returns whether it back-filled."""
-        if name in self._sparse_ready or name in self._sparse_missing:
-            return False
-        from qdrant_client import models
-        from qdrant_client.http.exceptions import UnexpectedResponse
-
-        client = self.client()
-        if sparse.VECTOR_NAME in (client.get_collection(name).config.params.sparse_vectors or {}):
-            self._sparse_ready.add(name)
-            return False
-        try:
-            client.create_vector_name(name, sparse.VECTOR_NAME, models.SparseVectorNameConfig(
-                sparse=models.SparseVectorConfig(modifier=models.Modifier.IDF)))
-        except UnexpectedResponse:  # a server without the create-vector-name API (before Qdrant 1.18)
-            logger.exception("qdrant: %s has no sparse vector and the server cannot add one: its full-text "
-                             "searches use this process's own index until Qdrant is upgraded", name)
-            self._sparse_missing.add(name)
-            return False
-        filled = 0
-        for batch in self._batches(name):
-            self._backfill(name, batch)
-            filled += len(batch)
-        logger.info("qdrant: %s back-filled with %d sparse (BM25) vectors", name, filled)
-        self._sparse_ready.add(name)
-        return True
-
-    def _batches(self, name: str, size: int = 256) -> Iterator[list[Any]]:
-        offset = None
-        while True:
-            points, offset = self.client().scroll(name, limit=size, offset=offset, with_payload=True, with_vectors=False)
-            if points:
-                yield points
-            if offset is None:
-                return
-
-    def _backfill(self, name: str, points: list[Any]) -> None:
-        from qdrant_client import models
-
-        rows = Memory.objects.in_bulk([uuid.UUID(str(p.id)) for p in points])
-        context = contexts(rows.values())
-        vectors = []
-        for point in points:
-            row = rows.get(uuid.UUID(str(point.id)))
-            vector = _memory_sparse(row, context.get(str(row.id), "")) if row is not None else _payload_sparse(dict(point.payload or {}))
-            vectors.append(models.PointVectors(id=point.id, vector={sparse.VECTOR_NAME: vector}))
-        self.client().update_vectors(name, points=vectors, wait=True)
-
-    def upgrade(self) -> list[str]:
-        """Back-fill the sparse vectors of every ``bhgbrain_*`` collection that lacks them (sync and
-        repair call it; a no-op once done). Returns the collections back-filled."""
-        return [name for name in self.collections(fresh=True) if self._ensure_sparse(name)]
+        self.store.close()
 
     def collections(self, *, fresh: bool = False) -> list[str]:
         """Every ``bhgbrain_*`` collection (listing cached for a few seconds unless ``fresh``)."""
-        fetched, names = self._listing
-        if fresh or time.monotonic() - fetched > LIST_TTL:
-            names = sorted(c.name for c in self.client().get_collections().collections if c.name.startswith(PREFIX))
-            self._listing = (time.monotonic(), names)
-        return names
+        return self.store.collections(fresh=fresh)
+
+    def upgrade(self) -> list[str]:
+        """Back-fill the sparse vectors of collections that lack them (sync and repair call it)."""
+        return self.store.upgrade()
+
+    def optimize(self, *, deleted_threshold: float) -> int:
+        """Start Qdrant's optimizers on every bhgbrain collection (compaction)."""
+        return self.store.optimize(deleted_threshold=deleted_threshold)
 
     # ------------------------------------------------------------------ writes (via the feed)
 
@@ -302,7 +111,9 @@ class QdrantVectorIndex:
         vector = from_bytes(memory.embedding)
         return vector.tolist() if vector.shape[0] == self.dimensions else None
 
-    def _push(self, memory_ids: set[uuid.UUID], reset: bool) -> None:
+    def push(self, memory_ids: set[uuid.UUID], reset: bool) -> None:
+        """Upsert these memories' points (every live memory's too when ``reset``) and delete the
+        points of those gone, archived or moved."""
         from qdrant_client import models
 
         rows = {m.id: m for m in Memory.objects.filter(id__in=memory_ids)} if memory_ids else {}
@@ -313,10 +124,10 @@ class QdrantVectorIndex:
         for memory in rows.values():
             if self._indexable(memory):
                 name = collection_name(memory.namespace, memory.collection)
-                self._ensure(name)  # first: an old collection may turn out unable to hold a sparse vector
+                self.store.ensure(name)  # first: an old collection may turn out unable to hold a sparse vector
                 vector: dict[str, Any] = {}
-                if name not in self._sparse_missing:
-                    vector[sparse.VECTOR_NAME] = _memory_sparse(memory, context.get(str(memory.id), ""))
+                if not self.store.sparse_missing(name):
+                    vector[sparse.VECTOR_NAME] = memory_sparse(memory, context.get(str(memory.id), ""))
                 dense = self._dense(memory)
                 if dense is not None:
                     vector[""] = dense
@@ -329,7 +140,7 @@ class QdrantVectorIndex:
         # namespace's collections; a deleted one's namespace is unknown, so every collection.
         gone = [str(i) for i in memory_ids if i not in rows]
         client = self.client()
-        for name in self.collections(fresh=bool(gone)):  # a deletion must not miss a brand-new collection
+        for name in self.store.collections(fresh=bool(gone)):  # a deletion must not miss a brand-new collection
             wanted = {p.id for p in points.get(name, [])}
             doomed = [i for i in gone if i not in wanted]
             doomed += [str(m.id) for m in rows.values()
@@ -374,20 +185,19 @@ class QdrantVectorIndex:
         is duplicated; vectors come from the database (nothing is embedded). Returns the memories
         pushed, 0 when nothing is missing."""
         rows = Memory.objects.filter(archived=False)
-        if self._sparse_missing:  # an old server: a memory without a dense vector gets no point there
+        if self.store.any_sparse_missing():  # an old server: a memory without a dense vector gets no point there
             rows = rows.filter(embedding_model=self.model_id, embedding__isnull=False)
         live = rows.count()
         if not live:
             return 0
         client = self.client()
-        held = sum(client.count(name, exact=True).count for name in self.collections(fresh=True))
+        held = sum(client.count(name, exact=True).count for name in self.store.collections(fresh=True))
         if held >= live:
             return 0
         logger.warning("qdrant: %d points for %d live memories: pushing every live memory again", held, live)
         with self._lock, _sync_lock(self.location):
-            self._ensured.clear()  # a collection that vanished is created again
-            self._listing = (0.0, [])
-            self._push(set(), reset=True)
+            self.store.forget()  # a collection that vanished is created again
+            self.push(set(), reset=True)
         return live
 
     def _pending(self) -> bool:
@@ -400,7 +210,7 @@ class QdrantVectorIndex:
         applied = 0
         with self._lock, _sync_lock(self.location):
             if not self._upgraded:
-                self.upgrade()  # once a process: collections older than the sparse vectors get them
+                self.store.upgrade()  # once a process: collections older than the sparse vectors get them
                 self._upgraded = True
             cursor, _ = VectorIndexCursor.objects.get_or_create(name=f"qdrant:{self.location}")
             while True:
@@ -414,7 +224,7 @@ class QdrantVectorIndex:
                     whole, expiries = whole | expiries, set()
                 whole |= self._push_expiries(expiries)
                 if whole or reset:
-                    self._push(whole, reset)
+                    self.push(whole, reset)
                 cursor.last_change = changes[-1][0]
                 cursor.save(update_fields=["last_change", "updated_at"])
                 applied += len(changes)
@@ -447,17 +257,17 @@ class QdrantVectorIndex:
             requests.append(models.QueryRequest(query=np.asarray(vector, dtype=np.float32).tolist(), filter=query_filter,
                                                 limit=limit, with_payload=False))
         if terms:
-            requests.append(models.QueryRequest(query=_sparse_vector(terms), using=sparse.VECTOR_NAME, filter=query_filter,
+            requests.append(models.QueryRequest(query=sparse_vector(terms), using=sparse.VECTOR_NAME, filter=query_filter,
                                                 limit=limit, with_payload=False))
         dense: list[VectorHit] = []
         text: list[tuple[str, float]] = []
         client = self.client()
-        for name in self._names(namespace, collection) if requests else []:
+        for name in self.store.names_for(namespace, collection) if requests else []:
             if not client.collection_exists(name):
                 continue
             if terms:
-                self._ensure_sparse(name)  # a collection another (older) process created since
-                if name in self._sparse_missing:
+                self.store.ensure_sparse(name)  # a collection another (older) process created since
+                if self.store.sparse_missing(name):
                     raise SparseVectorsMissing(name)
             answers = iter(client.query_batch_points(name, requests=requests))
             if vector is not None:
@@ -467,12 +277,6 @@ class QdrantVectorIndex:
         dense.sort(key=lambda h: h.cosine, reverse=True)
         text.sort(key=lambda h: h[1], reverse=True)
         return dense[:limit], text[:limit]
-
-    def _names(self, namespace: str, collection: str | None) -> list[str]:
-        if collection is not None:
-            return [collection_name(namespace, collection)]
-        prefix = collection_name(namespace, "")
-        return [n for n in self.collections() if n.startswith(prefix)]
 
     @staticmethod
     def _filter(*, namespace: str, collection: str | None, now: datetime, facts_only: bool) -> Any:
@@ -495,10 +299,9 @@ class QdrantVectorIndex:
         Only other devices' points: a point of this device without a row is a deletion not yet
         applied (or a lost store, which ``repair`` restores), never a memory to show."""
         found: list[Memory] = []
-        prefix = collection_name(namespace, "")
-        for name in (n for n in self.collections() if n.startswith(prefix)):
+        for name in self.store.names_for(namespace, None):
             for record in self.client().retrieve(name, ids=memory_ids, with_payload=True, with_vectors=False):
-                point = _stored(record)
+                point = stored_point(record)
                 own = point.payload.get("device_id") == settings.BHGBRAIN_DEVICE_ID
                 if point.payload.get("namespace") == namespace and point.payload.get("content") and not own:
                     with contextlib.suppress(KeyError, TypeError, ValueError):
@@ -510,36 +313,24 @@ class QdrantVectorIndex:
         collection made before the sparse vectors first gets them (derived index data, so a dry
         run does it too: no memory is written)."""
         with self._lock, _sync_lock(self.location):
-            self.upgrade()
-        for name in self.collections(fresh=True):
+            self.store.upgrade()
+        for name in self.store.collections(fresh=True):
             yield name, self._scroll(name)
+
+    def health(self) -> tuple[str, str]:
+        try:
+            count = len(self.store.collections(fresh=True))  # a real round trip: the cached listing proves nothing
+        except Exception as exc:  # noqa: BLE001 - any client error means the index is unreachable
+            return "unhealthy", f"qdrant at {self.location} unreachable: {type(exc).__name__}"
+        return "healthy", f"qdrant at {self.location} ({count} bhgbrain collections)"
 
     def _scroll(self, name: str, batch: int = 256) -> Iterator[StoredPoint]:
         offset = None
         while True:
             points, offset = self.client().scroll(name, limit=batch, offset=offset, with_payload=True, with_vectors=True)
-            yield from (_stored(point) for point in points)
+            yield from (stored_point(point) for point in points)
             if offset is None:
                 return
-
-    def optimize(self, *, deleted_threshold: float) -> int:
-        """Start Qdrant's optimizers (its vacuum drops deleted points) on every bhgbrain collection:
-        any collection update triggers them (Qdrant docs, "grey collection status"); the diff also
-        sets the collection's ``deleted_threshold``. Returns how many collections were asked."""
-        from qdrant_client import models
-
-        names = self.collections(fresh=True)
-        for name in names:
-            self.client().update_collection(
-                name, optimizers_config=models.OptimizersConfigDiff(deleted_threshold=deleted_threshold))
-        return len(names)
-
-    def health(self) -> tuple[str, str]:
-        try:
-            count = len(self.collections(fresh=True))  # a real round trip: the cached listing proves nothing
-        except Exception as exc:  # noqa: BLE001 - any client error means the index is unreachable
-            return "unhealthy", f"qdrant at {self.location} unreachable: {type(exc).__name__}"
-        return "healthy", f"qdrant at {self.location} ({count} bhgbrain collections)"
 
 
 _thread_lock = threading.Lock()

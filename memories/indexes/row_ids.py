@@ -156,6 +156,21 @@ class RowIds:
         return ids
 
     @property
+    def base(self) -> np.ndarray:
+        """The ids by row this holds as its base (a snapshot's mapped array after an open or a rebase)."""
+        return self._base
+
+    @property
+    def reads_file(self) -> bool:
+        """Whether base ids are read from the snapshot's file (``pread``), not through the mapping."""
+        return self._reader is not None
+
+    def since_base(self) -> tuple[dict[int, str | None], list[str | None], dict[str, int]]:
+        """What is held apart from the base (copies): rows of it given another id or freed, the ids
+        of the rows past it, and where those ids are. All empty right after an open or a rebase."""
+        return dict(self._changed), list(self._extra), dict(self._rows_by_id)
+
+    @property
     def token(self) -> object | None:
         """Names the last capture (``rebase`` takes only its snapshot)."""
         return self._token

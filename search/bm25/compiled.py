@@ -87,6 +87,11 @@ def _kinds(lists: list[TermList]) -> list[tuple[Kind, Kind]]:
     return sorted({(kind(term.rows), kind(term.tfs)) for term in lists if usable(term)})
 
 
+def state() -> str:
+    """Where the kernels' load is: "idle", "loading", "ready" or "unavailable"."""
+    return _state
+
+
 def ready() -> ModuleType | None:
     """The kernels when loaded, else None (never waits)."""
     return _kernels if _state == "ready" else None

@@ -16,9 +16,10 @@ every later ``array.append`` raise ``BufferError``, so one transient error would
 turn into a permanently failing full-text search.
 
 A new process opens the last persisted snapshot (memories.indexes.snapshots) instead of reading every
-row: the posting lists stay memory-mapped read-only (shared between processes) and a term's
-list is copied into RAM only when a new row adds to it; the per-row arrays are small and are
-copied. Only the feed after the snapshot's position is replayed.
+row: the posting lists stay memory-mapped read-only (shared between processes, search/bm25/postings.py);
+the per-row arrays are small and are copied. Only the feed after the snapshot's position is
+replayed. The lifecycle (load, discard, feed, snapshots) is the one memories/indexes/base.py
+gives both in-process indexes; per-term statistics live in search/bm25/statistics.py.
 """
 from __future__ import annotations
 
@@ -31,40 +32,20 @@ from array import array
 from datetime import datetime
 
 import numpy as np
-from django.db import DatabaseError, connection
+from django.db import connection
 
 from memories.analyzer import ANALYZER_VERSION
 from memories.indexes import snapshots
-from memories.indexes.eligible import EligibleRows
-from memories.indexes.feed import (
-    FeedReader,
-    discarded_on_failure,
-    expiries_of,
-    let_waiters_in,
-    raw_datetime,
-    raw_uuid,
-    split_expiries,
-)
+from memories.indexes.base import InProcessIndex
+from memories.indexes.feed import raw_datetime, raw_uuid
 from memories.indexes.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.indexes.vectors import until_of
 from search.bm25 import compiled
-from search.bm25.topk import Bm25, TermList, tf_scale
+from search.bm25.postings import STORED_TFS, Postings, narrowed
+from search.bm25.primer import Primer, avgdl_of
+from search.bm25.statistics import TermStatistics
+from search.bm25.topk import Bm25, TermList
 
-# A list this long keeps its largest impact (search/bm25/topk.py: a tight bound prunes earlier),
-# computed at this much above the current average row length, so it holds while that grows.
-IMPACT_MIN_POSTINGS = 4096
-IMPACT_AVGDL_HEADROOM = 1.05
-# After a load or an open, the statistics a term's first search would compute (a pass over its
-# list each) are computed ahead on a daemon thread for every list this long, for the namespaces
-# holding at least this share of the rows (at most PRIME_NAMESPACES of them).
-PRIME_MIN_POSTINGS = IMPACT_MIN_POSTINGS
-PRIME_MIN_SHARE = 0.05
-PRIME_NAMESPACES = 8
-# The dtypes a snapshot's posting tfs are read in (bm25_topk.tf_scale: what each stored value
-# means). float16 is what snapshots before uint8 held: still read, rewritten at the next snapshot.
-_STORED_TFS = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.uint8, np.uint16))
-_NARROW_CHUNK = 1 << 22  # postings checked and converted at a time (bounded temporaries at capture)
-_TAIL = "\x00+"  # the statistics key of a term's postings added in RAM beside its snapshot list (no term holds NUL)
 _SELECT = {
     # SQLite: the analyzed text FTS5 stores; PostgreSQL: the token arrays of memory_search
     # (tags already repeated there, so their column is empty).
@@ -89,23 +70,23 @@ def fts_rowid(memory_id: uuid.UUID | str) -> int:
     return int.from_bytes(raw[:8], "big", signed=True)
 
 
-def _avgdl(docs: list[float]) -> float:
-    """A namespace's average row length, from its [live rows, their total length] (at least 1)."""
-    return max(docs[1] / docs[0], 1.0)
+class TextIndex(Primer, InProcessIndex):
+    """BM25 over the stored analyzed text, per namespace, in this process."""
 
+    snapshot_kind, label = "text", "full-text index"
+    snapshot_meta = ("codes", "dead")
+    # The per-row arrays: (snapshot key, attribute, dtype); small, copied when opened (they grow).
+    _COLUMNS = (("ns", "_ns", np.int32), ("coll", "_coll", np.int32), ("live", "_live", np.float64),
+                ("dl", "_dl", np.float32), ("alive", "_alive", np.int8), ("sig", "_sig", np.int64))
 
-class TextIndex:
     def __init__(self, k1: float, b: float, tag_weight: int, context_weight: float = 0.0) -> None:
         self.k1, self.b, self.tag_weight, self.context_weight = k1, b, tag_weight, context_weight
-        self._lock = threading.RLock()
-        self._loaded = False
-        self._feed = FeedReader()
-        self._keeper = snapshots.Keeper("text")
-        self.loaded_from: str | None = None  # "database" or "snapshot", once loaded
+        super().__init__()
         self.primer: threading.Thread | None = None  # the last thread started by _prime_soon
         self._reset()
 
     def _reset(self) -> None:
+        super()._reset()
         self._priming: object | None = None  # the primer's token: a new one (or None) stops the last one
         self._row_ids = RowIds()  # row <-> memory id (a dead row has none)
         self._ns = array("i")
@@ -114,33 +95,17 @@ class TextIndex:
         self._dl = array("f")
         self._alive = array("b")
         self._sig = array("q")
-        self._postings: dict[str, tuple[array, array]] = {}  # in RAM: every term of a load from the DB
-        # Opened from a snapshot: term -> its slice of the mapped posting arrays (until _postings has it).
-        self._snap_terms: dict[str, int] = {}
-        self._snap_rows = np.zeros(0, dtype=np.int32)
-        self._snap_tfs = np.zeros(0, dtype=np.float32)
-        self._snap_offsets = np.zeros(1, dtype=np.int64)
+        self._postings = Postings()
         self._codes: dict[str, int] = {}
         self._dead = 0
         self._deaths = array("i")  # rows masked since the load, in order (for the df caches)
         self._ns_docs: dict[int, list[float]] = {}  # namespace code -> [live rows, sum of their lengths]
-        self._term_stats: dict[str, tuple[int, float, float]] = {}  # term -> (postings seen, max tf, min dl)
-        self._impacts: dict[str, tuple[int, float, float]] = {}  # term -> (postings seen, avgdl, largest impact)
-        self._df: dict[tuple[int, str], tuple[int, int, int]] = {}  # (ns, term) -> (df, postings seen, deaths seen)
-        self._eligible = EligibleRows()
-        self._version = 0  # bumped by every change of a row: the eligible masks depend on it
+        self._stats = TermStatistics(self.k1, self.b)
 
     def _code(self, key: str) -> int:
         return self._codes.setdefault(key, len(self._codes))
 
-    @property
-    def loaded(self) -> bool:
-        return self._loaded
-
-    def row_count(self) -> int:
-        """Rows held, dead ones included (a replaced row is masked, then compacted by a rebuild)."""
-        with self._lock:
-            return len(self._row_ids)
+    # --- rows --------------------------------------------------------------------------------
 
     def _add(self, memory_id: str, content: str, tags: str, context: str, namespace: str, collection: str,
              until: float) -> None:
@@ -161,7 +126,7 @@ class TextIndex:
         for token in context_tokens:  # BM25F: a context word adds a fraction of a term occurrence
             counts[token] = counts.get(token, 0.0) + self.context_weight
         for term, tf in counts.items():
-            rows, tfs = self._own_posting(term)
+            rows, tfs = self._postings.own(term)
             rows.append(row)
             tfs.append(tf)
         self._row_ids.set(row, memory_id)
@@ -186,119 +151,59 @@ class TextIndex:
         docs[0] -= 1
         docs[1] -= self._dl[row]
 
-    def _own_posting(self, term: str) -> tuple[array, array]:
-        """The term's postings in RAM, where rows are appended: the whole list, or, for a term the
-        snapshot has a list of, only the postings added since it was opened (that list is never
-        copied: a feed tail touching the common terms copied most of them, seconds and hundreds
-        of MB at a million rows)."""
-        posting = self._postings.get(term)
-        if posting is None:
-            posting = self._postings[term] = (array("i"), array("f"))
-        return posting
-
-    def _parts(self, term: str) -> list[tuple[str, np.ndarray, np.ndarray]]:
-        """The term's posting lists as (statistics key, rows, stored tfs) views: the snapshot's list
-        and the RAM one. A row is in one of them only (rows are appended, never re-numbered), so they
-        are scored as two lists of the same term; the RAM list of a term the snapshot also has
-        keeps its statistics under its own key. Index lock held; views end with the caller's hold
-        (an in-RAM list cannot grow while a view of it lives)."""
-        parts: list[tuple[str, np.ndarray, np.ndarray]] = []
-        index = self._snap_terms.get(term)
-        if index is not None:
-            start, stop = int(self._snap_offsets[index]), int(self._snap_offsets[index + 1])
-            parts.append((term, self._snap_rows[start:stop], self._snap_tfs[start:stop]))
-        posting = self._postings.get(term)
-        if posting is not None and len(posting[0]):
-            parts.append((term + _TAIL if parts else term, np.frombuffer(posting[0], dtype=np.int32),
-                          np.frombuffer(posting[1], dtype=np.float32)))
-        return parts
-
-    def _posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
-        """The term's whole posting list, its parts joined (a copy when it has two): for the
-        brute-force references of tests and benchmarks, not for searches. Index lock held."""
-        parts = self._parts(term)
-        if not parts:
-            return None
-        if len(parts) == 1:
-            return parts[0][1], _tfs(parts[0][2])
-        return np.concatenate([rows for _, rows, _ in parts]), np.concatenate([_tfs(tfs) for _, _, tfs in parts])
-
     def _drop(self, memory_id: str) -> None:
         row = self._row_ids.row(memory_id)
         self._version += 1
         if row is not None and self._alive[row]:
             self._kill(row)
 
+    def _move_expiry(self, memory_id: str, until: float) -> None:
+        row = self._row_ids.row(memory_id)
+        if row is not None and self._alive[row]:
+            self._eligible.set_expiry(self._live, row, until)
+
     def _ingest(self, rows: list[tuple]) -> None:
         for memory_id, content, tags, context, namespace, collection, decay, expires in rows:
             self._add(memory_id, content, tags, context or "", namespace, collection, until_of(decay, expires))
 
-    def _load(self) -> None:
-        self._loaded = False
-        self._reset()
-        self._feed.start()
+    # --- lifecycle hooks (memories/indexes/base.py) ----------------------------------------
+
+    def _load_rows(self) -> None:
         with connection.cursor() as cursor:
             cursor.execute(_SELECT[connection.vendor][0], [False])
             self._ingest(_typed(cursor.fetchall()))
-        self._loaded, self.loaded_from = True, "database"
-        self._keeper.loaded()
+
+    def _ready(self) -> None:
         self._prime_soon()
 
-    def _discard(self) -> None:
-        """After a failure: fresh arrays (nothing shares a buffer with a dead search), reload next time."""
-        self._loaded = False
-        self._reset()
+    def _needs_rebuild(self) -> bool:
+        return self._dead * 3 > max(len(self._row_ids), 3000)
 
-    def _catch_up(self) -> None:
-        if self._loaded and self._dead * 3 > max(len(self._row_ids), 3000):
-            self._load()
-            return
-        if not self._loaded and not self._open_snapshot():
-            self._load()
-            return
-        changes = self._feed.read()
-        if changes is None:
-            self._load()
-            return
-        if not changes:
-            return
-        ids, expiries = split_expiries(changes)
-        try:
-            rows = self._rows_of(ids)
-            moved = expiries_of(expiries)
-        except DatabaseError:
-            self._feed.rewind(changes)
-            raise
-        present = {row[0] for row in rows}
-        for memory_id in ids:
-            if str(memory_id) not in present:
-                self._drop(str(memory_id))  # forgotten, archived or collection deleted
-        self._ingest(rows)
-        for memory_id in expiries:
-            if memory_id not in moved:
-                self._drop(str(memory_id))
-                continue
-            row = self._row_ids.row(str(memory_id))
-            if row is not None and self._alive[row]:
-                self._eligible.set_expiry(self._live, row, moved[memory_id])
-        self._keeper.note(len(ids) + len(expiries))
-
-    def _rows_of(self, ids: set[uuid.UUID]) -> list[tuple]:
+    def _fetch(self, memory_ids: set[uuid.UUID]) -> list[tuple]:
         """The indexed rows of these memories (an archived or deleted one has none)."""
-        if not ids:
+        if not memory_ids:
             return []
-        placeholders = ", ".join(["%s"] * len(ids))
+        placeholders = ", ".join(["%s"] * len(memory_ids))
         sql, id_column = _SELECT[connection.vendor]
-        keys = [fts_rowid(m) for m in ids] if connection.vendor == "sqlite" else [str(m) for m in ids]
+        keys = [fts_rowid(m) for m in memory_ids] if connection.vendor == "sqlite" else [str(m) for m in memory_ids]
         with connection.cursor() as cursor:
             cursor.execute(sql + f" AND {id_column} IN ({placeholders})", [False, *keys])
             return _typed(cursor.fetchall())
 
+    def _apply_fetched(self, memory_ids: set[uuid.UUID], fetched: list[tuple]) -> None:
+        present = {row[0] for row in fetched}
+        for memory_id in memory_ids:
+            if str(memory_id) not in present:
+                self._drop(str(memory_id))  # forgotten, archived or collection deleted
+        self._ingest(fetched)
+
+    # --- searching ---------------------------------------------------------------------------
+
     def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int) -> list[tuple[str, float]]:
         with self._lock:
-            with discarded_on_failure(self._discard, "full-text index"):
-                self._catch_up()
-                self._keeper.maybe_start(self._capture)
+            with self._discarded_on_failure():
+                self._follow_feed()
+                self._snapshot_when_due()
                 return self._score(terms, namespace, collection, now, limit)
 
     def _score(self, terms: list[str], namespace: str, collection: str | None, now: datetime,
@@ -309,17 +214,17 @@ class TextIndex:
         docs = self._ns_docs.get(ns_code) if ns_code is not None else None
         if ns_code is None or docs is None or docs[0] <= 0:
             return []
-        n_docs, avgdl = int(docs[0]), _avgdl(docs)
-        lists: list[TermList] = []
+        n_docs, avgdl = int(docs[0]), avgdl_of(docs)
+        stats, lists = self._stats, []
         for term in terms:
-            parts = self._parts(term)
-            df = sum(self._doc_frequency(ns_code, key, rows) for key, rows, _ in parts)
+            parts = self._postings.parts(term)
+            df = sum(stats.doc_frequency(ns_code, key, rows, self._ns, self._alive, self._deaths) for key, rows, _ in parts)
             if df == 0:
                 continue
             idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
             for key, rows, tfs in parts:
-                max_tf, min_dl = self._list_stats(key, rows, tfs)
-                lists.append(TermList(rows, tfs, idf, max_tf, min_dl, self._list_impact(key, rows, tfs, avgdl)))
+                max_tf, min_dl = stats.bound(key, rows, tfs, self._dl)
+                lists.append(TermList(rows, tfs, idf, max_tf, min_dl, stats.impact(key, rows, tfs, avgdl, self._dl)))
         if not lists:
             return []
         bm25 = Bm25(self.k1, self.b, avgdl)
@@ -327,55 +232,6 @@ class TextIndex:
         dl = np.frombuffer(self._dl, dtype=np.float32)
         best, scores = compiled.best(lists, bm25, dl, self._eligible_rows(ns_code, coll_code, now.timestamp()), limit)
         return [(self._row_ids.get(i) or "", float(score)) for i, score in zip(best.tolist(), scores.tolist(), strict=True)]
-
-    def _doc_frequency(self, ns_code: int, term: str, rows: np.ndarray) -> int:
-        """Live rows of the namespace holding the term: counted once, then brought up to date
-        with the postings appended and the rows masked since (lists only grow; rows die once)."""
-        cached = self._df.get((ns_code, term))
-        df, seen, deaths_seen = cached if cached is not None else (0, 0, 0)
-        if cached is not None and seen == rows.size and deaths_seen == len(self._deaths):
-            return df
-        ns = np.frombuffer(self._ns, dtype=np.int32)
-        alive = np.frombuffer(self._alive, dtype=np.int8)
-        new = rows[seen:]
-        df += int(np.count_nonzero((ns[new] == ns_code) & (alive[new] != 0)))
-        if seen and deaths_seen < len(self._deaths):
-            died = np.frombuffer(self._deaths, dtype=np.int32)[deaths_seen:]
-            died = died[ns[died] == ns_code]
-            old = rows[:seen]
-            at = np.minimum(np.searchsorted(old, died), old.size - 1)
-            df -= int(np.count_nonzero(old[at] == died))
-        self._df[(ns_code, term)] = (df, rows.size, len(self._deaths))
-        return df
-
-    def _list_stats(self, term: str, rows: np.ndarray, tfs: np.ndarray) -> tuple[float, float]:
-        """The list's largest tf and shortest row (for the term's score bound), kept as it grows."""
-        seen, max_tf, min_dl = self._term_stats.get(term, (0, 0.0, math.inf))
-        if seen < rows.size:
-            dl = np.frombuffer(self._dl, dtype=np.float32)
-            max_tf = max(max_tf, float(tfs[seen:].max()) * tf_scale(tfs))
-            min_dl = min(min_dl, float(dl[rows[seen:]].min()))
-            self._term_stats[term] = (rows.size, max_tf, min_dl)
-        return max_tf, min_dl
-
-    def _list_impact(self, term: str, rows: np.ndarray, tfs: np.ndarray, avgdl: float) -> tuple[float, float] | None:
-        """The term's largest impact over its postings at an avgdl a little above ``avgdl``
-        (search/bm25/topk.py): kept as the list grows, recomputed when avgdl passes it. Short
-        lists go without (their loose bound costs little)."""
-        if rows.size < IMPACT_MIN_POSTINGS:
-            return None
-        cached = self._impacts.get(term)
-        dl = np.frombuffer(self._dl, dtype=np.float32)
-        if cached is None or cached[1] < avgdl:
-            at = avgdl * IMPACT_AVGDL_HEADROOM
-            seen, best = 0, 0.0
-        else:
-            seen, at, best = cached
-        if seen < rows.size:
-            reference = Bm25(self.k1, self.b, at)
-            best = max(best, float(reference.impacts(tfs[seen:], np.take(dl, rows[seen:])).max()))
-            self._impacts[term] = (rows.size, at, best)
-        return at, best
 
     def _eligible_rows(self, ns_code: int, coll_code: int | None, now: float) -> np.ndarray:
         """Rows a search may return (live, in the namespace and collection, unexpired at ``now``),
@@ -391,25 +247,18 @@ class TextIndex:
 
     # --- snapshots -----------------------------------------------------------------------------
 
-    _COLUMNS = (("ns", "_ns", np.int32), ("coll", "_coll", np.int32), ("live", "_live", np.float64),
-                ("dl", "_dl", np.float32), ("alive", "_alive", np.int8), ("sig", "_sig", np.int64))
-
     def _snapshot_params(self) -> dict[str, object]:
         return {"index": "bm25", "analyzer": ANALYZER_VERSION, "vendor": connection.vendor, "k1": self.k1,
                 "b": self.b, "tag_weight": self.tag_weight, "context_weight": self.context_weight}
 
-    def _open_snapshot(self) -> bool:
-        """Take the rows and posting lists from this store's snapshot (the feed after it is replayed next)."""
-        snapshot = snapshots.read("text", self._snapshot_params(), ("codes", "dead"))
-        if snapshot is None:
-            return False
+    def _adopt(self, snapshot: snapshots.Capture) -> bool:
         arrays, terms = snapshot.arrays, snapshot.texts.get("terms", [])
         ids = opened_ids(snapshot, arrays.get("alive"))
         offsets = arrays.get("post_offsets")
         if any(arrays.get(key) is None or len(arrays[key]) != len(ids.base) for key, _, _ in self._COLUMNS) or \
                 offsets is None or len(offsets) != len(terms) + 1 or \
                 not len(arrays.get("post_rows", ())) == len(arrays.get("post_tfs", ())) == int(offsets[-1]) or \
-                arrays.get("post_tfs", offsets).dtype not in _STORED_TFS:
+                arrays.get("post_tfs", offsets).dtype not in STORED_TFS:
             snapshots.logger.warning("text index: snapshot arrays disagree in length, loading from the database")
             return False
         self._reset()
@@ -418,159 +267,111 @@ class TextIndex:
         self._row_ids = ids.row_ids()
         self._codes = {str(key): int(code) for key, code in snapshot.meta["codes"].items()}
         self._dead = int(snapshot.meta["dead"])
-        self._snap_terms = dict(zip(terms, range(len(terms)), strict=True))
-        self._snap_rows, self._snap_tfs, self._snap_offsets = arrays["post_rows"], arrays["post_tfs"], offsets
-        self._count_namespaces()
-        self._feed.resume(snapshot.position.change_id, snapshot.position.memory_id)
-        self._loaded, self.loaded_from = True, "snapshot"
-        self._keeper.opened(0)
-        self._prime_soon()
+        self._postings.open(terms, arrays["post_rows"], arrays["post_tfs"], offsets)
+        self._ns_docs = _namespace_totals(self._alive, self._ns, self._dl)
         return True
-
-    # --- statistics computed ahead ---------------------------------------------------------------
-
-    def _prime_soon(self) -> None:
-        """Start computing, on a daemon thread, what the first search of each long list would: its
-        largest tf and shortest row, its largest impact, and its documents in the large namespaces
-        (a pass over the list each: at a million rows a term's first search took a few ms more
-        than the next ones). One term per hold of the lock, so searches go on in between; a load,
-        an open or a discard started meanwhile stops it. Then, for a large index, the compiled
-        scorer's load is started (search/bm25/compiled.py). Index lock held."""
-        self._priming = token = object()
-        self.primer = threading.Thread(target=self._prime, args=(token,), daemon=True, name="bhgbrain-text-prime")
-        self.primer.start()
-
-    def _prime(self, token: object) -> None:
-        with self._lock:
-            if self._priming is not token:
-                return
-            terms = self._long_terms()
-            namespaces = self._large_namespaces()
-        for term in terms:
-            with self._lock:
-                if self._priming is not token:
-                    return
-                self._prime_term(term, namespaces)
-            let_waiters_in()
-        with self._lock:
-            if self._priming is token:  # last, so numba's import does not slow a new process's first searches
-                self._prepare_compiled()
-
-    def _prepare_compiled(self) -> None:
-        """Have the compiled scorer (search/bm25/compiled.py) loaded in the background when this
-        index is large enough to use it, for the kinds of lists it holds: in RAM, and mapped from
-        the snapshot. Index lock held."""
-        empty = np.zeros(0, dtype=np.int32)
-        lists = [TermList(empty, np.zeros(0, dtype=np.float32), 0.0, 0.0, 0.0)]
-        if self._snap_terms:
-            lists.append(TermList(self._snap_rows[:0], self._snap_tfs[:0], 0.0, 0.0, 0.0))
-        compiled.prepare(len(self._row_ids), lists, np.frombuffer(self._dl, dtype=np.float32),
-                              np.zeros(0, dtype=np.bool_))
-
-    def _long_terms(self) -> list[str]:
-        """Terms with at least PRIME_MIN_POSTINGS postings, the longest first."""
-        sizes = {term: len(posting[0]) for term, posting in self._postings.items()}
-        offsets = self._snap_offsets
-        for term, index in self._snap_terms.items():
-            sizes[term] = sizes.get(term, 0) + int(offsets[index + 1] - offsets[index])
-        return sorted((t for t, n in sizes.items() if n >= PRIME_MIN_POSTINGS), key=lambda t: -sizes[t])
-
-    def _large_namespaces(self) -> list[tuple[int, float]]:
-        """(code, avgdl) of the namespaces holding at least PRIME_MIN_SHARE of the live rows."""
-        total = sum(docs[0] for docs in self._ns_docs.values())
-        large = sorted(((int(docs[0]), code, _avgdl(docs)) for code, docs in self._ns_docs.items()
-                        if docs[0] > 0 and docs[0] >= PRIME_MIN_SHARE * total), reverse=True)
-        return [(code, avgdl) for _, code, avgdl in large[:PRIME_NAMESPACES]]
-
-    def _prime_term(self, term: str, namespaces: list[tuple[int, float]]) -> None:
-        """One term's statistics (its views of the posting arrays end with this call). Index lock held."""
-        for key, rows, tfs in self._parts(term):
-            self._list_stats(key, rows, tfs)
-            if namespaces:
-                self._list_impact(key, rows, tfs, max(avgdl for _, avgdl in namespaces))
-            for code, _ in namespaces:
-                self._doc_frequency(code, key, rows)
-
-    def _merged_postings(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-        """Every term's posting list, one after another (its parts joined: a mapped list, then the
-        postings added to it in RAM, so it stays sorted), with the offsets. Index lock held."""
-        terms = list(dict.fromkeys([*self._snap_terms, *self._postings]))
-        rows: list[np.ndarray] = []
-        tfs: list[np.ndarray] = []
-        offsets = np.zeros(len(terms) + 1, dtype=np.int64)
-        for position, term in enumerate(terms, start=1):
-            parts = self._parts(term)
-            rows.extend(part_rows for _, part_rows, _ in parts)
-            tfs.extend(_tfs(part_tfs) for _, _, part_tfs in parts)
-            offsets[position] = offsets[position - 1] + sum(len(part_rows) for _, part_rows, _ in parts)
-        if not rows:
-            return terms, np.zeros(0, np.int32), np.zeros(0, np.float32), offsets
-        merged = terms, np.concatenate(rows), np.concatenate(tfs), offsets
-        rows.clear()  # drop the views of the RAM lists now (see _parts)
-        tfs.clear()
-        return merged
-
-    def _count_namespaces(self) -> None:
-        """Each namespace's live rows and their total length, from the per-row arrays."""
-        alive = np.frombuffer(self._alive, dtype=np.int8) != 0
-        ns = np.frombuffer(self._ns, dtype=np.int32)[alive]
-        counts = np.bincount(ns)
-        lengths = np.bincount(ns, weights=np.frombuffer(self._dl, dtype=np.float32)[alive].astype(np.float64))
-        self._ns_docs = {code: [int(counts[code]), float(lengths[code])] for code in np.flatnonzero(counts).tolist()}
 
     def _capture(self) -> snapshots.Capture | None:
         """Rows and posting lists with their feed position, copied under the lock into a few
         large arrays (not one small copy per term: those would stay in the heap afterwards)."""
         with self._lock:
-            if not self._loaded or (self._feed.last_change and self._feed.last_memory_id is None):
+            if not self._capturable():
                 return None
             columns = {key: np.frombuffer(getattr(self, attribute), dtype=dtype).copy()
                        for key, attribute, dtype in self._COLUMNS}
             # The views of the RAM lists are gone when this returns: no append can meet them.
-            terms, post_rows, post_tfs, offsets = self._merged_postings()
+            terms, post_rows, post_tfs, offsets = self._postings.merged()
             ids = self._row_ids.capture()
             token = self._row_ids.token
             meta: dict[str, object] = {**self._snapshot_params(), "codes": dict(self._codes), "dead": self._dead}
-            position = snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id)
+            position = self._feed_position()
         arrays = {**columns, "ids": ids, "post_rows": post_rows, "post_offsets": offsets}
-        derived = {"id_order": functools.partial(id_order, ids), "post_tfs": functools.partial(_narrowed, post_tfs)}
+        derived = {"id_order": functools.partial(id_order, ids), "post_tfs": functools.partial(narrowed, post_tfs)}
         return snapshots.Capture(arrays, {"terms": terms}, meta, position, derived=derived,
                                  written=functools.partial(rebase_ids, self._lock, self._row_ids, token))
 
-    def save_snapshot(self) -> bool:
-        """Write the snapshot now, on this thread (the background writer does the same)."""
-        return self._keeper.save_now(self._capture)
+    # --- seams for tests and benchmarks ------------------------------------------------------
+
+    def row_count(self) -> int:
+        """Rows held, dead ones included (a replaced row is masked, then compacted by a rebuild)."""
+        with self._lock:
+            return len(self._row_ids)
+
+    def add_row(self, memory_id: str, content: str, *, namespace: str, collection: str = "general", tags: str = "",
+                context: str = "", until: float = math.inf) -> None:
+        """Index one row's analyzed text directly, as a load does (no database: benchmarks and tests
+        fill large indexes this way, then ``mark_loaded``); a row of the same id is replaced."""
+        with self._lock:
+            self._add(memory_id, content, tags, context, namespace, collection, until)
+
+    def drop_row(self, memory_id: str) -> None:
+        """Mask the memory's row, as a forget does."""
+        with self._lock:
+            self._drop(memory_id)
+
+    def mark_loaded(self) -> None:
+        """Treat the rows added directly as loaded (the change feed is still read before a search)."""
+        with self._lock:
+            self._loaded = True
+
+    def score(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime,
+              limit: int) -> list[tuple[str, float]]:
+        """The BM25 ranking of the rows held now, without reading the change feed (a search
+        catches up first, then scores)."""
+        with self._lock:
+            return self._score(terms, namespace, collection, now, limit)
+
+    def posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The term's whole posting list (rows, float32 tfs), copied: for brute-force references."""
+        with self._lock:
+            whole = self._postings.whole(term)
+            return None if whole is None else (whole[0].copy(), whole[1].copy())
+
+    def columns(self, namespace: str) -> dict[str, np.ndarray] | None:
+        """Copies of the per-row arrays (``alive``, ``in_namespace``, ``dl``, ``live``, ``coll``) for
+        brute-force references; None when the namespace was never seen."""
+        with self._lock:
+            code = self._codes.get("n:" + namespace)
+            if code is None:
+                return None
+            return {"alive": np.frombuffer(self._alive, dtype=np.int8) != 0,
+                    "in_namespace": np.frombuffer(self._ns, dtype=np.int32) == code,
+                    "dl": np.frombuffer(self._dl, dtype=np.float32).copy(),
+                    "live": np.frombuffer(self._live, dtype=np.float64).copy(),
+                    "coll": np.frombuffer(self._coll, dtype=np.int32).copy()}
+
+    def namespace_code(self, namespace: str) -> int | None:
+        """The namespace's code in the per-row arrays and the statistics' keys (None: never seen)."""
+        return self._codes.get("n:" + namespace)
+
+    def memory_id(self, row: int) -> str | None:
+        """The memory at ``row`` (None: a dead row)."""
+        with self._lock:
+            return self._row_ids.get(row)
 
     @property
-    def snapshot_keeper(self) -> snapshots.Keeper:
-        """When this index writes its snapshot (its background thread, for tests to wait on)."""
-        return self._keeper
+    def row_ids(self) -> RowIds:
+        """Row <-> memory id of the rows held (a dead row has none)."""
+        return self._row_ids
+
+    @property
+    def statistics(self) -> TermStatistics:
+        """The per-term statistics kept between searches (what the primer fills ahead)."""
+        return self._stats
+
+    @property
+    def postings(self) -> Postings:
+        """The posting lists (in RAM, and mapped from a snapshot), for tests to read."""
+        return self._postings
 
 
-def _tfs(stored: np.ndarray) -> np.ndarray:
-    """Stored tfs as float32 tfs (a copy when they are stored scaled or narrower)."""
-    if stored.dtype == np.float32:
-        return stored
-    return stored.astype(np.float32) * np.float32(tf_scale(stored))
-
-
-def _narrowed(tfs: np.ndarray) -> np.ndarray:
-    """The tfs to save: twice each as uint8 (or uint16) when every one is a multiple of 0.5 that
-    fits (the default weights give multiples of 0.5), else as they are. A quarter (a half) of the
-    mapped bytes a serving process reads, the same scores (bm25_topk.Bm25 scales exactly), and
-    float32 arithmetic as fast as on float32 tfs: float16, saved before, made the FTS step of a
-    million-row search ~1.5 ms slower (numpy converts float16 in software, ~2 ns a posting)."""
-    for dtype in (np.uint8, np.uint16):
-        narrow = np.empty(len(tfs), dtype=dtype)
-        limit = np.iinfo(dtype).max
-        for start in range(0, len(tfs), _NARROW_CHUNK):
-            doubled = tfs[start:start + _NARROW_CHUNK] * np.float32(2)
-            if doubled.size and (doubled.min() < 0 or doubled.max() > limit or np.any(doubled != np.rint(doubled))):
-                break
-            narrow[start:start + _NARROW_CHUNK] = doubled
-        else:
-            return narrow
-    return tfs
+def _namespace_totals(alive_flags: array, ns_codes: array, lengths: array) -> dict[int, list[float]]:
+    """Each namespace's live rows and their total length, from the per-row arrays (an opened snapshot's)."""
+    alive = np.frombuffer(alive_flags, dtype=np.int8) != 0
+    ns = np.frombuffer(ns_codes, dtype=np.int32)[alive]
+    counts = np.bincount(ns)
+    totals = np.bincount(ns, weights=np.frombuffer(lengths, dtype=np.float32)[alive].astype(np.float64))
+    return {code: [int(counts[code]), float(totals[code])] for code in np.flatnonzero(counts).tolist()}
 
 
 def _raw(values: np.ndarray) -> memoryview:

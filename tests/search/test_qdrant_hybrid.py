@@ -14,7 +14,8 @@ from qdrant_client import models
 from bhgbrain_site.server.warmup import indexes_warm
 from memories.analyzer import analyze
 from memories.indexes import embedded, sparse
-from memories.indexes.qdrant import QdrantVectorIndex, collection_name, point_payload
+from memories.indexes.qdrant import QdrantVectorIndex
+from memories.indexes.qdrant_points import collection_name, point_payload
 from memories.interop.repair import repair_from_index
 from memories.models import Memory
 from search.bm25 import text_index
@@ -155,7 +156,7 @@ def test_a_memory_without_a_vector_is_still_found_by_fulltext(qdrant: QdrantVect
     created = remember("Degraded write: the word marmalade")
     Memory.objects.filter(id=created.id).update(embedding=None, vector_synced=False)
     memory = Memory.objects.get(id=created.id)
-    qdrant._push({memory.id}, reset=False)  # noqa: SLF001 - as the sync would after such a write
+    qdrant.push({memory.id}, reset=False)  # as the sync would after such a write
     record = qdrant.client().retrieve(collection_name("global", "general"), ids=[created.id], with_vectors=True)[0]
     assert set(record.vector) == {sparse.VECTOR_NAME}  # sparse only
     assert _fulltext("marmalade") == [created.id]

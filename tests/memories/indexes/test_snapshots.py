@@ -23,19 +23,19 @@ from memories import funnel
 from memories.analyzer import analyze_query
 from memories.curation.edits import memory_edit
 from memories.embeddings import from_bytes
-from memories.indexes import embedded, hnsw, snapshot_digests, snapshots
+from memories.indexes import embedded, hnsw, sketch, snapshot_digests, snapshots
 from memories.indexes.embedded import EmbeddedVectorIndex
 from memories.indexes.feed import feed_prune
 from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B
 from memories.models import ChangeFeedEntry, Memory
 from memories.services import memory_forget
-from search.bm25 import text_index
+from search.bm25 import postings, text_index
 from search.bm25.text_index import TextIndex
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -179,8 +179,8 @@ def test_a_snapshot_carries_its_graphs_so_a_new_process_builds_none(hash_embedde
     # The row the feed brought is dirty (re-scored beside the graph). Not "the only dirty row":
     # the snapshot on disk may be the one this process's own index wrote (remember searched it),
     # whose graph was built before the last of the stored rows arrived.
-    dirty = set().union(*(part.dirty for part in second.ann._parts))  # noqa: SLF001
-    assert second._row_ids.row(str(later.id)) in dirty  # noqa: SLF001
+    assert second.ann is not None
+    assert second.row_ids.row(str(later.id)) in second.ann.dirty_rows()
 
 
 def test_a_snapshot_whose_graph_file_is_corrupt_is_rebuilt(hash_embedder, snapshot_dir, monkeypatch) -> None:  # noqa: ANN001
@@ -258,7 +258,7 @@ def test_a_vector_changed_after_the_snapshot_is_scored_with_its_new_value(hash_e
     hits = {hit.memory_id: hit.cosine for hit in
             vectors.search(query, namespace="alice", collection=None, limit=10, now=timezone.now())}
     assert vectors.loaded_from == "snapshot"
-    assert vectors._files.get("matrix") is not None  # noqa: SLF001 - the rows were read from the file
+    assert "matrix" in vectors.rows.mapped  # the rows were read from the file
     stored = from_bytes(Memory.objects.get(id=ids["other"]).embedding)
     assert hits[ids["other"]] == pytest.approx(float(stored @ query), abs=1e-5)
     assert hits[ids["kept"]] == pytest.approx(float(from_bytes(Memory.objects.get(id=ids["kept"]).embedding) @ query),
@@ -370,7 +370,7 @@ _OTHER_PROCESS = textwrap.dedent("""
     settings.BHGBRAIN.index_snapshots = True
     settings.BHGBRAIN_DATA_DIR = Path(sys.argv[1])
     from tests.conftest import HashEmbedder
-    from tests.search.test_index_snapshots import _text_index
+    from tests.memories.indexes.test_snapshots import _text_index
     from memories.analyzer import analyze_query
     from memories.indexes.embedded import EmbeddedVectorIndex
     embedder = HashEmbedder()
@@ -417,11 +417,11 @@ def test_a_row_written_while_the_vectors_are_copied_is_in_the_snapshot(hash_embe
     _semantic(index, hash_embedder, "x", namespace="alice")
     _settled(index)
     memory = Memory.objects.get(id=ids["kept"])
-    row = index._row_ids.row(ids["kept"])  # noqa: SLF001
+    row = index.row_ids.row(ids["kept"])
     replacement = hash_embedder.embed_passage("an entirely different text")
     memory.embedding = replacement.astype(np.float32).tobytes()
-    monkeypatch.setattr(index, "_CAPTURE_ROWS", 1)
-    holds, chunks = index._holds, []  # noqa: SLF001
+    monkeypatch.setattr(index.rows, "capture_chunk", 1)
+    holds, chunks = index.rows.holds, []
 
     def write_after_its_chunk(big: dict[str, np.ndarray]) -> bool:
         chunks.append(1)
@@ -429,8 +429,8 @@ def test_a_row_written_while_the_vectors_are_copied_is_in_the_snapshot(hash_embe
             index.upsert(memory)
         return holds(big)
 
-    monkeypatch.setattr(index, "_holds", write_after_its_chunk)
-    capture = index._capture()  # noqa: SLF001
+    monkeypatch.setattr(index.rows, "holds", write_after_its_chunk)
+    capture = index.capture()
     assert capture is not None and len(chunks) > row + 2
     assert np.array_equal(capture.arrays["matrix"][row], replacement)
 
@@ -492,7 +492,7 @@ def test_a_capture_spoilt_by_replaced_arrays_is_taken_again(hash_embedder, snaps
 
     def capture() -> snapshots.Capture | None:
         calls.append(1)
-        return None if len(calls) == 1 else index._capture()  # noqa: SLF001
+        return None if len(calls) == 1 else index.capture()
 
     keeper = snapshots.Keeper("vector")
     keeper.loaded()
@@ -528,12 +528,12 @@ def test_a_cut_off_writer_leaves_nothing_behind_the_next_write(hash_embedder, sn
 def test_a_namespace_large_enough_gets_its_sketch_at_load(hash_embedder, snapshot_dir, monkeypatch,  # noqa: ANN001
                                                           min_rows: int, fitted: bool) -> None:
     """Fitted while loading (alice has 3 rows), so the snapshot written right after carries it."""
-    monkeypatch.setattr(embedded, "SKETCH_MIN_ROWS", min_rows)
-    monkeypatch.setattr(embedded, "SKETCH_MIN_DIMS", 8)
+    monkeypatch.setattr(sketch, "SKETCH_MIN_ROWS", min_rows)
+    monkeypatch.setattr(sketch, "SKETCH_MIN_DIMS", 8)
     _store(hash_embedder)
     index = _vector_index(hash_embedder)
     index.size()
-    assert (index._projection is not None) is fitted  # noqa: SLF001
+    assert (index.rows.projection is not None) is fitted
     assert index.save_snapshot()
     assert _snapshot_file(snapshot_dir, "vector", "sketch.npy").exists() is fitted
 
@@ -647,13 +647,13 @@ def test_an_index_loaded_from_the_database_maps_the_snapshot_it_wrote(hash_embed
     index = _vector_index(hash_embedder)
     expected = _semantic(index, hash_embedder, "lighthouse", namespace="alice")  # loads, starts the build
     index.ann.wait()  # type: ignore[union-attr]
-    assert index.loaded_from == "database" and not _mapped(index._matrix)  # noqa: SLF001
-    graph = index.ann._parts[0].graph  # type: ignore[union-attr]  # noqa: SLF001
+    assert index.loaded_from == "database" and not _mapped(index.rows.matrix)
+    graph = index.ann.graph(0)  # type: ignore[union-attr]
     assert not getattr(graph, "mapped", False)
     _saved(index)
-    assert _mapped(index._matrix)  # noqa: SLF001
+    assert _mapped(index.rows.matrix)
     (saved,) = snapshot_dir.glob("vector-*/graph_*.usearch")
-    swapped = index.ann._parts[0].graph  # type: ignore[union-attr]  # noqa: SLF001
+    swapped = index.ann.graph(0)  # type: ignore[union-attr]
     assert swapped is not graph and swapped.mapped and swapped.saved_at == saved
     assert _semantic(index, hash_embedder, "lighthouse", namespace="alice") == expected
 
@@ -663,14 +663,14 @@ def test_rows_written_while_a_snapshot_is_written_survive_the_mapping(hash_embed
     index = _vector_index(hash_embedder)
     index.size()  # loaded from the database
     _settled(index)
-    capture = index._capture()  # noqa: SLF001
+    capture = index.capture()
     assert capture is not None
     later = Memory.objects.get(id=remember("The lighthouse keeper retires in spring", namespace="alice").id)
     index.upsert(later)  # written after the capture, before the snapshot is in place
-    row = index._row_ids.row(str(later.id))  # noqa: SLF001
+    row = index.row_ids.row(str(later.id))
     assert row < len(capture.arrays["matrix"])  # a free row the capture holds empty
     assert snapshots.write(*_target(index, capture))
-    assert _mapped(index._matrix) and np.array_equal(index._matrix[row], hash_embedder.embed_query(later.content))  # noqa: SLF001
+    assert _mapped(index.rows.matrix) and np.array_equal(index.rows.matrix[row], hash_embedder.embed_query(later.content))
     assert not capture.arrays["matrix"][row].any()
     assert str(later.id) in _semantic(index, hash_embedder, "The lighthouse keeper retires in spring", namespace="alice")
 
@@ -687,14 +687,14 @@ def test_an_opened_index_that_grows_drops_the_old_mapping_and_maps_a_new_snapsho
     ids = _saved_pair(hash_embedder)
     index = _vector_index(hash_embedder)
     expected = _semantic(index, hash_embedder, "x", namespace="alice")
-    assert index.loaded_from == "snapshot" and _mapped(index._matrix) and "matrix" in index._files  # noqa: SLF001
-    rows = len(index._matrix)  # noqa: SLF001
-    with index._lock:  # noqa: SLF001
-        index._grow()  # noqa: SLF001 - what a write past the last free row does
-        assert not _mapped(index._matrix) and index._files == {}  # noqa: SLF001
+    assert index.loaded_from == "snapshot" and _mapped(index.rows.matrix) and "matrix" in index.rows.mapped
+    rows = len(index.rows.matrix)
+    with index.held():
+        index.reserve(len(index.rows.free) + 1)  # what a write past the last free row does
+        assert not _mapped(index.rows.matrix) and index.rows.mapped == frozenset()
     assert _semantic(index, hash_embedder, "x", namespace="alice") == expected  # starts the write
     _settled(index)
-    assert _mapped(index._matrix) and "matrix" in index._files and len(index._matrix) > rows  # noqa: SLF001
+    assert _mapped(index.rows.matrix) and "matrix" in index.rows.mapped and len(index.rows.matrix) > rows
     assert _semantic(index, hash_embedder, "x", namespace="alice") == expected
     later = remember("The lighthouse keeper retires in spring", namespace="alice")
     assert str(later.id) in _semantic(index, hash_embedder, "The lighthouse keeper retires in spring", namespace="alice")
@@ -712,18 +712,18 @@ def test_an_opened_snapshot_keeps_its_ids_mapped_and_holds_only_the_rows_written
     assert ids["kept"] in _fulltext(text, "lighthouse keeper", namespace="alice")
     assert vectors.loaded_from == text.loaded_from == "snapshot"
     for index in (vectors, text):
-        held = index._row_ids  # noqa: SLF001
-        assert _mapped(held._base) and not held._base.flags.writeable  # noqa: SLF001 - shared, read-only
-        assert held._reader is not None  # noqa: SLF001 - and read with pread, not through the mapping
-        assert held._changed == {} and held._extra == [] and held._rows_by_id == {}  # noqa: SLF001
-    assert vectors._free_rows is None and vectors.size() == 4  # noqa: SLF001
+        held = index.row_ids
+        assert _mapped(held.base) and not held.base.flags.writeable  # shared, read-only
+        assert held.reads_file  # and read with pread, not through the mapping
+        assert held.since_base() == ({}, [], {})
+    assert not vectors.rows.free_listed and vectors.size() == 4
     later = remember("The lighthouse keeper retires in spring", namespace="alice")
     memory_forget(memory_id=ids["other"], namespace=None, actor="test")
     assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {ids["kept"], ids["expiring"], str(later.id)}
     assert _fulltext(text, "retires spring", namespace="alice") == [str(later.id)]
     for index in (vectors, text):
-        held = index._row_ids  # noqa: SLF001
-        written = {row: held.get(row) for row in [*held._changed, *range(len(held._base), len(held))]}  # noqa: SLF001
+        held = index.row_ids
+        written = {row: held.get(row) for row in [*held.since_base()[0], *range(len(held.base), len(held))]}
         assert set(written.values()) - {None} == {str(later.id)}  # the forgotten row only lost its id
         assert held.row(ids["other"]) is None and held.row(ids["kept"]) is not None
         assert held.get(held.row(ids["kept"])) == ids["kept"]
@@ -731,9 +731,9 @@ def test_an_opened_snapshot_keeps_its_ids_mapped_and_holds_only_the_rows_written
     _saved(vectors)
     _saved(text)
     for index in (vectors, text):  # the snapshot's ids replace what was held
-        held = index._row_ids  # noqa: SLF001
-        assert _mapped(held._base) and len(held._base) == len(held) and held._reader is not None  # noqa: SLF001
-        assert held._changed == {} and held._extra == [] and held._rows_by_id == {}  # noqa: SLF001
+        held = index.row_ids
+        assert _mapped(held.base) and len(held.base) == len(held) and held.reads_file
+        assert held.since_base() == ({}, [], {})
         assert held.row(str(later.id)) is not None and held.row(ids["other"]) is None
     assert _fulltext(text, "retires spring", namespace="alice") == [str(later.id)]
     assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {ids["kept"], ids["expiring"], str(later.id)}
@@ -758,14 +758,10 @@ def test_postings_added_after_a_snapshot_are_kept_apart_and_score_like_a_full_lo
     got = {q: _ranked(opened, q) for q in ("lighthouse keeper", "storm", "lighthouse railing")}
     assert opened.loaded_from == "snapshot"
     term = analyze_query("lighthouse")[0]
-    assert term in opened._snap_terms and len(opened._postings[term][0]) == 3  # noqa: SLF001 - only the tail
+    assert term in opened.postings.mapped_terms and len(opened.postings.ram[term][0]) == 3  # only the tail
     with CaptureQueriesContext(connection):
         loaded = _text_index()
-        loaded._lock.acquire()  # noqa: SLF001
-        try:
-            loaded._load()  # noqa: SLF001 - the same rows, read from the database
-        finally:
-            loaded._lock.release()  # noqa: SLF001
+        loaded.reload()  # the same rows, read from the database
     for query, hits in got.items():
         assert hits == _ranked(loaded, query), query
     found = {memory_id for _, memory_id in got["lighthouse keeper"]}
@@ -774,25 +770,25 @@ def test_postings_added_after_a_snapshot_are_kept_apart_and_score_like_a_full_lo
     reopened = _text_index()
     for query, hits in got.items():
         assert _ranked(reopened, query) == hits, query
-    assert reopened.loaded_from == "snapshot" and term not in reopened._postings  # noqa: SLF001
-    assert reopened._snap_tfs.dtype == np.uint8  # noqa: SLF001 - tfs of 0.5 steps: a quarter of the bytes, same scores
+    assert reopened.loaded_from == "snapshot" and term not in reopened.postings.ram
+    assert reopened.postings.mapped_tfs.dtype == np.uint8  # tfs of 0.5 steps: a quarter of the bytes, same scores
 
 
 def test_tfs_are_saved_as_doubled_integers_when_exact_and_as_they_are_otherwise() -> None:
     halves = np.array([1.0, 2.5, 4.0, 127.5], dtype=np.float32)
-    assert text_index._narrowed(halves).tolist() == [2, 5, 8, 255]  # noqa: SLF001
-    assert text_index._narrowed(halves).dtype == np.uint8  # noqa: SLF001
+    assert postings.narrowed(halves).tolist() == [2, 5, 8, 255]
+    assert postings.narrowed(halves).dtype == np.uint8
     wider = np.array([1.0, 2.5, 128.0, 32767.5], dtype=np.float32)
-    assert text_index._narrowed(wider).dtype == np.uint16  # noqa: SLF001
-    assert text_index._narrowed(wider).tolist() == [2, 5, 256, 65535]  # noqa: SLF001
+    assert postings.narrowed(wider).dtype == np.uint16
+    assert postings.narrowed(wider).tolist() == [2, 5, 256, 65535]
     for weighted in ([1.0, 1.3], [1.0, 32768.0], [-0.5, 1.0]):  # a context weight of 0.3; past uint16; negative
         tfs = np.array(weighted, dtype=np.float32)
-        assert text_index._narrowed(tfs) is tfs  # noqa: SLF001
-    many = np.full(text_index._NARROW_CHUNK + 3, 1.5, dtype=np.float32)  # noqa: SLF001 - across a chunk's edge
+        assert postings.narrowed(tfs) is tfs
+    many = np.full(postings.NARROW_CHUNK + 3, 1.5, dtype=np.float32)  # across a chunk's edge
     many[-1] = 0.3
-    assert text_index._narrowed(many) is many  # noqa: SLF001
+    assert postings.narrowed(many) is many
     many[-1] = 3.0
-    assert text_index._narrowed(many).dtype == np.uint8 and text_index._narrowed(many)[-1] == 6  # noqa: SLF001
+    assert postings.narrowed(many).dtype == np.uint8 and postings.narrowed(many)[-1] == 6
 
 
 def test_a_snapshot_with_float16_tfs_from_an_older_release_is_read_with_the_same_scores(  # noqa: ANN001
@@ -804,12 +800,12 @@ def test_a_snapshot_with_float16_tfs_from_an_older_release_is_read_with_the_same
     queries = ("lighthouse keeper", "storm", "lighthouse railing")
     expected = {q: _ranked(loaded, q) for q in queries}
     with monkeypatch.context() as patched:
-        patched.setattr(text_index, "_narrowed", lambda tfs: tfs.astype(np.float16))
+        patched.setattr(text_index, "narrowed", lambda tfs: tfs.astype(np.float16))
         _saved(loaded)
     opened = _text_index()
     assert {q: _ranked(opened, q) for q in queries} == expected
-    assert opened.loaded_from == "snapshot" and opened._snap_tfs.dtype == np.float16  # noqa: SLF001
+    assert opened.loaded_from == "snapshot" and opened.postings.mapped_tfs.dtype == np.float16
     _saved(opened)
     reopened = _text_index()
     assert {q: _ranked(reopened, q) for q in queries} == expected
-    assert reopened.loaded_from == "snapshot" and reopened._snap_tfs.dtype == np.uint8  # noqa: SLF001
+    assert reopened.loaded_from == "snapshot" and reopened.postings.mapped_tfs.dtype == np.uint8

@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from memories import funnel
+from memories.indexes import embedded, sketch
 from memories.indexes.embedded import EmbeddedVectorIndex
 from memories.models import ChangeFeedEntry
 from memories.services import memory_forget
@@ -74,7 +75,7 @@ def test_limit_and_ordering(hash_embedder) -> None:
 
 def test_growth_beyond_initial_capacity(hash_embedder) -> None:
     index = _fresh_index(hash_embedder)
-    index._GROW = 4  # noqa: SLF001 - force several growth steps
+    index.rows.grow_step = 4  # force several growth steps
     for i in range(10):
         remember(f"Fact {i}")
     assert index.size() == 10
@@ -91,18 +92,16 @@ def _anisotropic(rng, count: int, basis) -> np.ndarray:  # noqa: ANN001
 def _filled_index(monkeypatch: pytest.MonkeyPatch, count: int, dims: int = 384):  # noqa: ANN202
     import numpy as np
 
-    from memories.indexes import embedded
-
-    monkeypatch.setattr(embedded, "SKETCH_MIN_ROWS", 1000)
-    monkeypatch.setattr(embedded, "SKETCH_SAMPLE", 1000)
-    monkeypatch.setattr(embedded, "SHORTLIST_MIN", 60)
-    monkeypatch.setattr(embedded, "SHORTLIST_PER_RESULT", 6)  # limit 10: 60 of 2,700 candidates re-scored
+    monkeypatch.setattr(sketch, "SKETCH_MIN_ROWS", 1000)
+    monkeypatch.setattr(sketch, "SKETCH_SAMPLE", 1000)
+    monkeypatch.setattr(sketch, "SHORTLIST_MIN", 60)
+    monkeypatch.setattr(sketch, "SHORTLIST_PER_RESULT", 6)  # limit 10: 60 of 2,700 candidates re-scored
     rng = np.random.default_rng(7)
     basis = rng.standard_normal((48, dims))
     index = EmbeddedVectorIndex("test/sketch", dims)
-    index._loaded = True  # noqa: SLF001 - rows are put directly; the (empty) change feed is still read
+    index.mark_loaded()  # rows are put directly; the (empty) change feed is still read
     for i, vector in enumerate(_anisotropic(rng, count, basis)):
-        index._put(f"m{i}", vector, "global" if i % 10 else "other", "general", float("inf"))  # noqa: SLF001
+        index.put_vector(f"m{i}", vector, namespace="global" if i % 10 else "other", collection="general")
     return index, rng, basis
 
 
@@ -114,31 +113,32 @@ def test_sketch_prefilter_returns_the_exact_top_scores(monkeypatch: pytest.Monke
         exact = index.search(query, namespace="global", collection=None, limit=10, now=now, exact=True)
         assert [round(h.cosine, 5) for h in served] == [round(h.cosine, 5) for h in exact]
         assert all(int(h.memory_id[1:]) % 10 for h in served)  # the namespace filter still applies
-    assert index._projection is not None  # noqa: SLF001 - the sketch was really used
-    assert index._shortlist(query, np.arange(2700), 3000, 1).size == 60  # noqa: SLF001
+    projection = index.rows.projection
+    assert projection is not None  # the sketch was really used
+    assert sketch.shortlist(projection, index.rows.sketch, query, np.arange(2700), 3000, 1).size == 60
 
 
 def test_vectors_added_after_the_fit_are_sketched_and_a_doubled_index_refits(monkeypatch: pytest.MonkeyPatch) -> None:
     index, rng, basis = _filled_index(monkeypatch, 1200)
     now = timezone.now()
     index.search(_anisotropic(rng, 1, basis)[0], namespace="global", collection=None, limit=5, now=now)
-    assert index._projection is not None and index._projection.fitted_rows == 1200  # noqa: SLF001
+    assert index.rows.projection is not None and index.rows.projection.fitted_rows == 1200
     newcomer = _anisotropic(rng, 1, basis)[0]
-    index._put("new", newcomer, "global", "general", float("inf"))  # noqa: SLF001
+    index.put_vector("new", newcomer, namespace="global", collection="general")
     assert index.search(newcomer, namespace="global", collection=None, limit=1, now=now)[0].memory_id == "new"
     for i, vector in enumerate(_anisotropic(rng, 1300, basis)):
-        index._put(f"late{i}", vector, "global", "general", float("inf"))  # noqa: SLF001
+        index.put_vector(f"late{i}", vector, namespace="global", collection="general")
     index.search(newcomer, namespace="global", collection=None, limit=1, now=now)
-    assert index._projection.fitted_rows == 2501  # noqa: SLF001
+    assert index.rows.projection.fitted_rows == 2501
 
 
 def test_small_models_and_small_namespaces_scan_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
     index, rng, basis = _filled_index(monkeypatch, 1500, dims=96)  # 96 // 3 < 64 sketch dimensions
     index.search(_anisotropic(rng, 1, basis)[0], namespace="global", collection=None, limit=5, now=timezone.now())
-    assert index._projection is None  # noqa: SLF001
+    assert index.rows.projection is None
     big, rng, basis = _filled_index(monkeypatch, 1500)
     big.search(_anisotropic(rng, 1, basis)[0], namespace="other", collection=None, limit=5, now=timezone.now())
-    assert big._projection is None  # noqa: SLF001 - 150 candidates: below SKETCH_MIN_ROWS
+    assert big.rows.projection is None  # 150 candidates: below SKETCH_MIN_ROWS
 
 
 def _ids(index: EmbeddedVectorIndex, embedder, text: str) -> set[str]:  # noqa: ANN001
@@ -194,16 +194,16 @@ def test_a_load_that_failed_half_way_keeps_no_stale_row(hash_embedder, monkeypat
 
     a, b = remember("Alpha fact"), remember("Beta fact")
     index = _fresh_index(hash_embedder)
-    real_put = EmbeddedVectorIndex._put  # noqa: SLF001 - wrapped to fail once mid-load
+    real_from_bytes = embedded.from_bytes  # wrapped to fail once mid-load (on the second row)
     seen = {"n": 0}
 
-    def fail_second(self: EmbeddedVectorIndex, *args: object, **kwargs: object) -> None:
+    def fail_second(blob: bytes) -> object:
         seen["n"] += 1
         if seen["n"] == 2:
             raise OperationalError("connection lost mid-load")
-        real_put(self, *args, **kwargs)
+        return real_from_bytes(blob)
 
-    monkeypatch.setattr(EmbeddedVectorIndex, "_put", fail_second)
+    monkeypatch.setattr(embedded, "from_bytes", fail_second)
     with pytest.raises(OperationalError):
         _ids(index, hash_embedder, "Alpha fact")
     monkeypatch.undo()
@@ -227,8 +227,9 @@ def test_the_rows_a_search_may_return_are_reused_until_one_changes_or_expires(ha
         return {h.memory_id for h in index.search(query, namespace="global", collection=None, limit=10, now=at)}
 
     assert ids(now) == {t3.id, t0.id}
-    cached = index._eligible.cached((index._codes["n:global"], None, False))  # noqa: SLF001
-    assert ids(now) == {t3.id, t0.id} and index._eligible.cached((index._codes["n:global"], None, False)) is cached  # noqa: SLF001
+    kind = (index.rows.codes["n:global"], None, False)
+    cached = index.eligible.cached(kind)
+    assert ids(now) == {t3.id, t0.id} and index.eligible.cached(kind) is cached
     assert ids(now + timedelta(days=31)) == {t0.id}  # past the T3 expiry
     assert ids(now) == {t3.id, t0.id}  # and back: an earlier time is not served a later mask
     added = remember("Another fact", namespace="global", retention_tier="T0")

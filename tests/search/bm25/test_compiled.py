@@ -4,7 +4,6 @@ as scoring every posting, bit-identical contributions, every kind of list a text
 for long queries, and numpy answering whenever it is not there."""
 from __future__ import annotations
 
-import math
 import sys
 from datetime import UTC, datetime
 
@@ -14,7 +13,7 @@ import pytest
 from search.bm25 import compiled
 from search.bm25.text_index import TextIndex
 from search.bm25.topk import Bm25, TermList, top_k
-from tests.search.test_bm25_topk import K1, B, _brute, _lists, _reference
+from tests.search.bm25.test_topk import K1, B, _brute, _lists, _reference
 
 
 @pytest.fixture(scope="module")
@@ -98,10 +97,10 @@ def _filled_index() -> TextIndex:
     words = [f"w{i}" for i in range(40)]
     weights = 1 / np.arange(1, len(words) + 1)
     index = TextIndex(K1, B, 2)
-    index._loaded = True  # noqa: SLF001 - filled directly, no database
+    index.mark_loaded()  # filled directly, no database
     for i in range(3_000):
         text = " ".join(rng.choice(words, size=int(rng.integers(2, 14)), p=weights / weights.sum()))
-        index._add(f"m{i}", text, "", "", "a" if i % 4 else "b", "general", math.inf)  # noqa: SLF001
+        index.add_row(f"m{i}", text, namespace="a" if i % 4 else "b")
     return index
 
 
@@ -118,15 +117,15 @@ def test_the_text_index_scores_long_queries_with_the_kernels_once_ready(kernels,
     monkeypatch.setattr(compiled, "top_k", counted)
     monkeypatch.setattr(compiled, "MIN_POSTINGS", 500)
     queries = (["w0", "w1", "w2"], ["w3", "w39"], ["w0", "w5", "w7", "w9"])
-    scored = [index._score(q, ns, None, now, 10) for q in queries for ns in ("a", "b")]  # noqa: SLF001
+    scored = [index.score(q, namespace=ns, collection=None, now=now, limit=10) for q in queries for ns in ("a", "b")]
     assert len(calls) == len(scored)  # each of these queries holds 500+ postings
     for got, (query, namespace) in zip(scored, [(q, ns) for q in queries for ns in ("a", "b")], strict=True):
         np.testing.assert_allclose([s for _, s in got], _reference(index, query, namespace, now.timestamp()), rtol=1e-5)
     calls.clear()
-    index._score(["w39"], "a", None, now, 10)  # noqa: SLF001 - a short query: numpy's MaxScore
+    index.score(["w39"], namespace="a", collection=None, now=now, limit=10)  # a short query: numpy's MaxScore
     assert calls == []
     monkeypatch.setattr(compiled, "_state", "loading")  # not ready yet: numpy, same answer
-    assert [s for _, s in index._score(queries[0], "a", None, now, 10)] == pytest.approx(  # noqa: SLF001
+    assert [s for _, s in index.score(queries[0], namespace="a", collection=None, now=now, limit=10)] == pytest.approx(
         [s for _, s in scored[0]], rel=1e-6)
     assert calls == []
 
@@ -138,21 +137,21 @@ def test_small_indexes_never_load_numba_and_a_failed_load_leaves_numpy(monkeypat
     monkeypatch.setattr(compiled.threading, "Thread", lambda **kwargs: started.append(kwargs) or _NoThread())
     dl, eligible = np.ones(4, dtype=np.float32), np.ones(4, dtype=np.bool_)
     compiled.prepare(compiled.MIN_ROWS - 1, [], dl, eligible)
-    assert started == [] and compiled._state == "idle"  # noqa: SLF001
+    assert started == [] and compiled.state() == "idle"
     monkeypatch.setenv(compiled.DISABLE_ENV, "0")
     compiled.prepare(compiled.MIN_ROWS, [], dl, eligible)
     assert started == []
     monkeypatch.delenv(compiled.DISABLE_ENV)
     compiled.prepare(compiled.MIN_ROWS, [], dl, eligible)
-    assert len(started) == 1 and compiled._state == "loading"  # noqa: SLF001
+    assert len(started) == 1 and compiled.state() == "loading"
     assert compiled.ready() is None
     # numba missing (or failing): the load ends unavailable, and the index still answers
     monkeypatch.setitem(sys.modules, "search.bm25.kernels", None)
     started[0]["target"](*started[0]["args"])
-    assert compiled._state == "unavailable" and compiled.ready() is None  # noqa: SLF001
+    assert compiled.state() == "unavailable" and compiled.ready() is None
     index = _filled_index()
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    got = [s for _, s in index._score(["w0", "w1"], "a", None, now, 10)]  # noqa: SLF001
+    got = [s for _, s in index.score(["w0", "w1"], namespace="a", collection=None, now=now, limit=10)]
     np.testing.assert_allclose(got, _reference(index, ["w0", "w1"], "a", now.timestamp()), rtol=1e-5)
 
 
@@ -177,7 +176,7 @@ def test_the_primer_starts_the_load_for_a_large_index_with_its_kinds_of_lists(mo
     index._priming = token  # noqa: SLF001 - as _prime_soon sets it
     index._prime(token)  # noqa: SLF001 - the primer's body, in this thread
     assert seen == [(3_000, [(("<i4", True), ("<f4", True))], ("<f4", True), ("|b1", True))]
-    index._add("m-new", "w0 w1 w2", "", "", "a", "general", math.inf)  # noqa: SLF001 - the lists still grow
+    index.add_row("m-new", "w0 w1 w2", namespace="a")  # the lists still grow
     index._priming = object()  # noqa: SLF001 - a load or a discard started meanwhile: no load asked
     index._prime(token)  # noqa: SLF001
     assert len(seen) == 1

@@ -13,7 +13,8 @@ from qdrant_client import models
 
 from bhgbrain_site.core.errors import InvalidInput
 from memories import funnel
-from memories.indexes.qdrant import QdrantVectorIndex, collection_name
+from memories.indexes.qdrant import QdrantVectorIndex
+from memories.indexes.qdrant_points import collection_name
 from memories.interop.repair import repair_from_index
 from memories.models import Memory
 from memories.services import collection_delete, memories_vector_sync, memory_forget, memory_tag
@@ -76,8 +77,8 @@ def test_an_expiry_only_change_sets_two_payload_keys_without_pushing_the_point_a
     created = remember("Expiry: the staging database is wiped every Sunday", retention_tier="T3")
     before = _point(qdrant, created.id)
     pushed: list[set] = []
-    push = qdrant._push  # noqa: SLF001
-    monkeypatch.setattr(qdrant, "_push", lambda ids, reset: (pushed.append(set(ids)), push(ids, reset)))
+    push = qdrant.push
+    monkeypatch.setattr(qdrant, "push", lambda ids, reset: (pushed.append(set(ids)), push(ids, reset)))
     now, later = timezone.now(), timezone.now() + timedelta(days=400)
     funnel.update_memories([created.id], {"expires_at": later}, audit=None, at=now)  # syncs after commit
     point = _point(qdrant, created.id)
@@ -113,12 +114,12 @@ def test_an_outage_delays_changes_but_loses_none(qdrant: QdrantVectorIndex, monk
     def down() -> object:
         raise ConnectionError("qdrant is down")
 
-    monkeypatch.setattr(qdrant, "client", down)
+    monkeypatch.setattr(qdrant.store, "client", down)  # the Qdrant the index talks to
     during = remember("Outage: written during the outage")
     memory_forget(memory_id=kept.id, namespace=None, actor="test")
     assert Memory.objects.get(id=during.id).vector_synced is False  # flagged, never lost
     assert qdrant.health()[0] == "unhealthy"
-    monkeypatch.setattr(qdrant, "client", lambda: real_client)
+    monkeypatch.setattr(qdrant.store, "client", lambda: real_client)
     assert real_client.retrieve(collection_name("global", "general"), ids=[kept.id])  # the delete has not landed
 
     result = vector_sync()  # the scheduled job

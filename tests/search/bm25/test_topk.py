@@ -91,15 +91,15 @@ def test_top_k_skips_most_postings_of_common_terms_yet_stays_exact(monkeypatch: 
 
 def _reference(index: TextIndex, terms: list[str], namespace: str, now: float) -> list[float]:
     """Every statistic recounted from the per-row arrays, every posting scored."""
-    ns_code = index._codes["n:" + namespace]  # noqa: SLF001
-    alive = np.frombuffer(index._alive, dtype=np.int8) != 0  # noqa: SLF001
-    in_ns = alive & (np.frombuffer(index._ns, dtype=np.int32) == ns_code)  # noqa: SLF001
-    dl = np.frombuffer(index._dl, dtype=np.float32)  # noqa: SLF001
-    eligible = in_ns & (np.frombuffer(index._live, dtype=np.float64) > now)  # noqa: SLF001
+    columns = index.columns(namespace)
+    assert columns is not None
+    in_ns = columns["alive"] & columns["in_namespace"]
+    dl = columns["dl"]
+    eligible = in_ns & (columns["live"] > now)
     n_docs, avgdl = int(in_ns.sum()), max(float(dl[in_ns].mean()), 1.0)
     lists = []
     for term in terms:
-        posting = index._posting(term)  # noqa: SLF001
+        posting = index.posting(term)
         if posting is None:
             continue
         rows, tfs = np.asarray(posting[0], dtype=np.int32), np.asarray(posting[1], dtype=np.float32)
@@ -116,7 +116,7 @@ def test_statistics_kept_as_rows_change_equal_a_recount() -> None:
     rng = np.random.default_rng(3)
     words = [f"w{i}" for i in range(60)]
     index = TextIndex(K1, B, 2)
-    index._loaded = True  # noqa: SLF001 - filled directly, no database
+    index.mark_loaded()  # filled directly, no database
     start = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
 
     def document() -> str:
@@ -125,22 +125,22 @@ def test_statistics_kept_as_rows_change_equal_a_recount() -> None:
     def check(now: float) -> None:
         for query in (["w0", "w7"], ["w3", "w1", "w40"], ["w59"], ["w2", "w2", "w5"]):
             for namespace in ("a", "b"):
-                got = [score for _, score in index._score(  # noqa: SLF001
-                    query, namespace, None, datetime.fromtimestamp(now, UTC), 10)]
+                got = [score for _, score in index.score(
+                    query, namespace=namespace, collection=None, now=datetime.fromtimestamp(now, UTC), limit=10)]
                 np.testing.assert_allclose(got, _reference(index, query, namespace, now), rtol=1e-5)
 
     for i in range(600):
         until = start + float(rng.integers(10, 1000)) if i % 4 == 0 else math.inf
-        index._add(f"m{i}", document(), "", "", "a" if i % 3 else "b", "general", until)  # noqa: SLF001
+        index.add_row(f"m{i}", document(), namespace="a" if i % 3 else "b", until=until)
     check(start)
     for step in range(5):
         for i in rng.choice(600, size=40, replace=False).tolist():
             if i % 2:
-                index._drop(f"m{i}")  # noqa: SLF001
+                index.drop_row(f"m{i}")
             else:  # edited: a new row replaces the old one
-                index._add(f"m{i}", document(), "", "", "a" if i % 3 else "b", "general", math.inf)  # noqa: SLF001
+                index.add_row(f"m{i}", document(), namespace="a" if i % 3 else "b")
         for i in range(600 + 20 * step, 620 + 20 * step):
-            index._add(f"m{i}", document(), "", "", "a", "general", math.inf)  # noqa: SLF001
+            index.add_row(f"m{i}", document(), namespace="a")
         check(start + 200 * step)  # rows expire as time moves, and the cached masks follow
         check(start)  # and back: a search "as of" an earlier moment
 

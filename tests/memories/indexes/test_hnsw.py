@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from memories.indexes import hnsw
 from memories.indexes.embedded import EmbeddedVectorIndex
-from memories.indexes.row_ids import RowIds
+from memories.indexes.row_ids import OpenedIds
 
 DIMS = 48
 
@@ -47,12 +47,12 @@ def graph_searches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def _index(rng: np.random.Generator, count: int, centres: np.ndarray) -> EmbeddedVectorIndex:
     index = EmbeddedVectorIndex("test/ann", DIMS)
-    index._loaded = True  # noqa: SLF001 - rows are put directly; the (empty) change feed is still read
+    index.mark_loaded()  # rows are put directly; the (empty) change feed is still read
     for i, vector in enumerate(_clustered(rng, count, centres)):
         # every 5th row a thread message; every 50th in a small collection; every 100th in another namespace
         namespace = "other" if i % 100 == 0 else "global"
         collection = "notes" if i % 50 == 1 else "general"
-        index._put(f"m{i}", vector, namespace, collection, float("inf"), threaded=i % 5 == 0)  # noqa: SLF001
+        index.put_vector(f"m{i}", vector, namespace=namespace, collection=collection, threaded=i % 5 == 0)
     return index
 
 
@@ -113,9 +113,9 @@ def test_expired_rows_are_skipped_and_the_result_stays_full(small_threshold: Non
     now = timezone.now()
     nearest = index.search(query, namespace="global", collection=None, limit=30, now=now, exact=True)
     for hit in nearest[:20]:  # the 20 best expire (expiry changes are not re-indexed: only checked)
-        row = index._row_ids.row(hit.memory_id)  # noqa: SLF001
-        index._put(hit.memory_id, index._matrix[row].copy(), "global", "general", now.timestamp() - 1,  # noqa: SLF001
-                   threaded=bool(index._threaded[row]))  # noqa: SLF001
+        row = index.rows.ids.row(hit.memory_id)
+        index.put_vector(hit.memory_id, index.rows.matrix[row].copy(), namespace="global", collection="general",
+                         until=now.timestamp() - 1, threaded=bool(index.rows.threaded[row]))
     served = index.search(query, namespace="global", collection=None, limit=10, now=now)
     assert [h.memory_id for h in served] == [h.memory_id for h in nearest[20:30]]
     assert graph_searches
@@ -246,7 +246,7 @@ def test_many_changes_refresh_the_graph_and_results_stay_exact(small_threshold: 
     monkeypatch.setattr(hnsw, "REFRESH_MIN_DIRTY", 200)
     rng, centres, index, matrix, lock = _one_built_graph(23)
     candidates, allowed = np.arange(3_000), np.ones(3_000, dtype=bool)
-    first = index._parts[0].graph  # noqa: SLF001
+    first = index.graph(0)
     fresh = _clustered(rng, 300, centres)
     with lock:
         matrix[:300] = fresh  # 300 rows get new vectors
@@ -255,7 +255,7 @@ def test_many_changes_refresh_the_graph_and_results_stay_exact(small_threshold: 
         assert index.dirty() == 300
         index.shortlist(matrix[0], [0], allowed, candidates, 10)  # past the threshold: starts the refresh
     index.wait()
-    assert index._parts[0].graph is not first and index.dirty() == 0  # noqa: SLF001
+    assert index.graph(0) is not first and index.dirty() == 0
     same = 0
     for query in _clustered(rng, 30, centres):
         with lock:
@@ -266,7 +266,7 @@ def test_many_changes_refresh_the_graph_and_results_stay_exact(small_threshold: 
 
 _EXIT_SCRIPT = """
 import threading, time, numpy as np
-from memories import ann
+from memories.indexes import hnsw as ann
 ann.GRAPH_MIN_ROWS = 10
 rng = np.random.default_rng(0)
 matrix = rng.standard_normal((200_000, 64)).astype(np.float32)
@@ -283,7 +283,7 @@ print("leaving", flush=True)
 def test_a_process_leaving_during_a_build_exits_cleanly() -> None:
     """A build still running at interpreter exit used to abort the process from C++
     ("terminate called without an active exception"): the exit hook stops it between chunks."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     done = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], cwd=root, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
     assert done.stdout.strip() == "leaving"
@@ -299,13 +299,14 @@ def test_rows_taken_from_elsewhere_are_assigned_to_their_partitions(small_thresh
     centres = rng.standard_normal((40, DIMS))
     source = _index(rng, 8_000, centres)
     opened = EmbeddedVectorIndex("test/ann", DIMS)
-    opened._loaded = True  # noqa: SLF001
-    for name in ("_matrix", "_ns", "_coll", "_threaded", "_live", "_codes", "_top", "_live_rows"):
-        setattr(opened, name, getattr(source, name))
-    opened._row_ids = RowIds(source._row_ids.capture())  # noqa: SLF001 - as a snapshot's ids
-    opened._free_rows = None  # noqa: SLF001 - built when first needed
+    opened.mark_loaded()
+    taken = source.rows
+    arrays = {key: getattr(taken, key) for key in ("matrix", "ns", "coll", "threaded", "live")}
+    ids = taken.ids.capture()
+    opened.rows.open(arrays, OpenedIds(ids, None), {"codes": taken.codes, "top": taken.top}, None)  # as a snapshot's
     assert opened.ann is not None
-    opened.ann.assign(np.flatnonzero(opened._ns[: opened._top] >= 0), opened._ns, opened._coll, opened._threaded)  # noqa: SLF001
+    rows = opened.rows
+    opened.ann.assign(rows.used(), rows.ns, rows.coll, rows.threaded)
     now, query = timezone.now(), _clustered(rng, 1, centres)[0]
     opened.search(query, namespace="global", collection=None, limit=10, now=now)  # starts the builds
     opened.ann.wait()

@@ -68,7 +68,7 @@ def test_a_capture_holds_every_row_and_rebase_keeps_only_the_later_changes(tmp_p
     assert not held.rebase(object(), captured, id_order(captured))  # another capture's snapshot
     base = _mapped_copy(tmp_path, "ids", captured)
     assert held.rebase(token, base, _mapped_copy(tmp_path, "order", id_order(captured)))
-    assert held._base is base and held._changed == {6: None} and held._extra == ["later"]  # noqa: SLF001
+    assert held.base is base and held.since_base()[:2] == ({6: None}, ["later"])
     assert held.row(names[6]) is None and held.row(names[7]) == 7 and held.row(long_id) == 40
     assert held.row("later") == 41 and held.get(5) is None and len(held) == 42
     assert not held.rebase(token, base, id_order(captured))  # taken once
@@ -79,11 +79,11 @@ def test_rebase_ids_reads_the_written_snapshot_and_ignores_a_removed_one(tmp_pat
     held.set(0, "a")
     captured, token = held.capture(), held.token
     rebase_ids(threading.RLock(), held, token, tmp_path / "gone")
-    assert len(held._base) == 0  # noqa: SLF001
+    assert len(held.base) == 0
     np.save(tmp_path / "ids.npy", captured)
     np.save(tmp_path / "id_order.npy", id_order(captured))
     rebase_ids(threading.RLock(), held, token, tmp_path)
-    assert len(held._base) == 1 and held.row("a") == 0  # noqa: SLF001
+    assert len(held.base) == 1 and held.row("a") == 0
 
 
 def test_ids_written_as_lines_by_an_earlier_version_are_read_and_dead_rows_lose_theirs() -> None:
@@ -105,11 +105,12 @@ def test_with_a_reader_the_ids_are_read_from_the_file_not_the_mapping(tmp_path: 
     base = as_id_array([*names[:100], None, *names[100:]])
     mapped = _mapped_copy(tmp_path, "ids", base)
     reader = FileRows.of(mapped, tmp_path / "ids.npy")
-    assert reader is not None and RowIds(base.copy(), None, reader)._reader is None  # noqa: SLF001
-    held = RowIds(mapped, _mapped_copy(tmp_path, "order", id_order(base)), reader)
+    assert reader is not None and not RowIds(base.copy(), None, reader).reads_file
+    blank = np.zeros_like(mapped)  # the base: any read through the array would miss
+    reader.array = blank
+    held = RowIds(blank, _mapped_copy(tmp_path, "order", id_order(base)), reader)
+    assert held.reads_file
     (tmp_path / "ids.npy").unlink()  # the reader keeps its own descriptor
-    held._base = np.zeros_like(mapped)  # noqa: SLF001 - so any read through the array would miss
-    reader.array = held._base  # noqa: SLF001
     assert held.get(0) == names[0] and held.get(100) is None and held.row(names[250]) == 251
     assert held.free_rows() == [100]
     assert held.capture().tolist() == base.tolist()
