@@ -1,6 +1,7 @@
 """The shape the import contracts (.importlinter) and the write funnel promise, checked on the tree."""
 from __future__ import annotations
 
+import ast
 import configparser
 import re
 from pathlib import Path
@@ -59,3 +60,14 @@ def test_no_domain_module_imports_the_mcp_bridge() -> None:
         and not str(path.relative_to(ROOT)).startswith(("bhgbrain_site/asgi.py", "bhgbrain_site/cli/main.py"))
     ]
     assert offenders == []
+
+
+def test_no_class_of_product_code_reaches_three_hundred_lines() -> None:
+    """A class past ~300 lines holds more than one role: split it (the engines' storage, capture
+    and statistics are classes of their own)."""
+    large = {
+        f"{path.relative_to(ROOT)}:{node.name}": node.end_lineno - node.lineno + 1
+        for path in _product_files() for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 >= 300
+    }
+    assert large == {}
