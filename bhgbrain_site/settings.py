@@ -12,8 +12,6 @@ from bhgbrain_site.core import sqlite_upkeep
 from bhgbrain_site.core.config import ConfigError, data_dir_for, load_config
 from bhgbrain_site.core.shared_cache import store_key
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-
 try:
     BHGBRAIN, BHGBRAIN_CONFIG_PATH = load_config()
 except ConfigError as exc:
@@ -98,7 +96,10 @@ ASGI_APPLICATION = "bhgbrain_site.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # the governance console (dashboard, review queue, merges, overrides): package data of
+        # bhgbrain_site, so an installed wheel has them wherever it runs; before the apps' own
+        # templates, so they override unfold's and django.contrib.admin's
+        "DIRS": [Path(__file__).resolve().parent / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
