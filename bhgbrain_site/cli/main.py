@@ -92,6 +92,19 @@ def _err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def command_name() -> str:
+    """How the user runs this command: ``bhgbrain`` when that is on PATH (pipx, uv, an activated
+    venv), else the console script beside this Python (a clone's ``.venv/bin/bhgbrain``)."""
+    script = Path(sys.executable).parent / "bhgbrain"
+    found = shutil.which("bhgbrain")
+    if found and (not script.exists() or Path(found).resolve() == script.resolve()):
+        return "bhgbrain"
+    if script.exists():
+        with_cwd = os.path.relpath(script)
+        return with_cwd if not with_cwd.startswith("..") else str(script)
+    return f"{sys.executable} -m bhgbrain_site.cli.main"
+
+
 def _banner(host: str, port: int, scheduler: int | None, workers: int) -> None:
     from django.conf import settings
 
@@ -113,9 +126,9 @@ def _banner(host: str, port: int, scheduler: int | None, workers: int) -> None:
                 f"  embeddings  {settings.BHGBRAIN.embedding.provider} ({settings.BHGBRAIN.embedding.model})",
                 f"  scheduler   {f'django-q2 cluster (pid {scheduler})' if scheduler else 'disabled (--no-scheduler)'}",
                 f"  auth        {auth}",
-                "  admin login: .venv/bin/bhgbrain manage createsuperuser",
+                f"  admin login: {command_name()} manage createsuperuser",
                 "               (or non-interactive: DJANGO_SUPERUSER_USERNAME=... DJANGO_SUPERUSER_EMAIL=... "
-                "DJANGO_SUPERUSER_PASSWORD=... .venv/bin/bhgbrain manage createsuperuser --noinput)",
+                f"DJANGO_SUPERUSER_PASSWORD=... {command_name()} manage createsuperuser --noinput)",
             ]
         )
     )
