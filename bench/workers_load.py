@@ -128,7 +128,7 @@ async def warm_up(url: str, workers: int, questions: list[str], namespaces: list
     while len(seen) < workers * len(namespaces) and time.monotonic() < deadline:
         async with httpx.AsyncClient(timeout=60) as client:  # a new connection may reach another worker
             tasks = [client.post(f"{url}/tool/search", json={"query": random.choice(questions), "namespace": ns,
-                                                               "mode": "hybrid"}) for ns in namespaces for _ in range(2)]
+                                                             "mode": "hybrid"}) for ns in namespaces for _ in range(2)]
             for ns_response in await asyncio.gather(*tasks):
                 body = json.loads(ns_response.request.content)
                 seen.add((ns_response.headers.get("x-bhgbrain-worker", "?"), body["namespace"]))

@@ -30,7 +30,7 @@ def category_set(*, namespace: str, name: str, slot: str, content: str, actor: s
             category.revision += 1
             category.save()
         funnel.record_audit(operation="CATEGORY_SET", actor=actor, namespace=namespace, at=now,
-                      details={"name": name, "slot": slot, "revision": category.revision})
+                            details={"name": name, "slot": slot, "revision": category.revision})
     return category_to_dict(category, full=True)
 
 
@@ -42,5 +42,5 @@ def category_delete(*, namespace: str, name: str, actor: str) -> dict[str, Any]:
             raise NotFound(f'Category "{name}" not found')
         category.delete()
         funnel.record_audit(operation="CATEGORY_DELETE", actor=actor, namespace=namespace,
-                      details={"name": name, "revision": category.revision})
+                            details={"name": name, "revision": category.revision})
     return {"ok": True, "name": name}

@@ -116,7 +116,7 @@ def _accessed(memory: Memory, count: int, at: datetime, threshold: int) -> _Acce
     tier_before = previous["retention_tier"]
     promoted = memory.retention_tier != tier_before
     audit = funnel.Audit("PROMOTE", "system", {"from": tier_before, "to": memory.retention_tier,
-                                                "access_count": memory.access_count}) if promoted else None
+                                               "access_count": memory.access_count}) if promoted else None
     return _Accessed(
         changed=frozenset(name for name in _ACCESS_FIELDS if getattr(memory, name) != previous[name]),
         audit=audit,

@@ -144,4 +144,4 @@ def reset_token_cache() -> None:
 
 def _audit_token(operation: str, row: ApiToken, actor: str) -> None:
     funnel.record_audit(operation=operation, actor=actor, namespace="*",
-                  details={"name": row.name, "prefix": row.prefix, "namespaces": row.namespaces, "read_only": row.read_only})
+                        details={"name": row.name, "prefix": row.prefix, "namespaces": row.namespaces, "read_only": row.read_only})

@@ -130,7 +130,7 @@ def _audit_rows(memories: Iterable[Memory], audit_of: Callable[[Memory], Audit |
 
 def _feed(memory_ids: Iterable[uuid.UUID], op: str) -> None:
     ChangeFeedEntry.objects.bulk_create((ChangeFeedEntry(memory_id=memory_id, op=op) for memory_id in memory_ids),
-                                     batch_size=2000)
+                                        batch_size=2000)
 
 
 def _feed_op(changed: frozenset[str] | None) -> str | None:
@@ -209,7 +209,7 @@ def _revision_row(memory: Memory, revision: Revision, actor: str, at: datetime) 
 
 
 def save_memory(memory: Memory, *, audit: Audit | None, at: datetime, insert: bool = False,
-                 fields: Iterable[str] | None = None, sync: bool = True, revision: Revision | None = None) -> int | None:
+                fields: Iterable[str] | None = None, sync: bool = True, revision: Revision | None = None) -> int | None:
     """Insert (``insert``) or update one memory (only ``fields`` when given) with every side
     effect; ``revision``: keep what it said before (by the audit's actor). Returns the feed
     row's id (None when no indexed field changed)."""
@@ -238,7 +238,7 @@ def save_memory(memory: Memory, *, audit: Audit | None, at: datetime, insert: bo
 
 
 def save_memories(memories: Sequence[Memory], fields: Iterable[str], *, audits: Mapping[uuid.UUID, Audit],
-                   at: datetime) -> None:
+                  at: datetime) -> None:
     """Update ``fields`` of many loaded memories at once (one UPDATE per 500), with save_memory's
     side effects: the indexers, an audit row for each memory in ``audits``, a feed row each when
     an indexed field is among ``fields``. Not for fields a thread's neighbours are built from."""
@@ -271,7 +271,7 @@ def _update_rows(memories: Sequence[Memory], fields: Sequence[str]) -> None:
 
 
 def update_memories(memory_ids: Sequence[uuid.UUID], values: dict[str, Any], *,
-                     audit: Callable[[Memory], Audit | None] | None, at: datetime) -> int:
+                    audit: Callable[[Memory], Audit | None] | None, at: datetime) -> int:
     """Set ``values`` on many memories at once (one UPDATE); returns how many changed."""
     count = Memory.objects.filter(id__in=memory_ids).update(**values)
     changed = frozenset(values)
@@ -287,7 +287,7 @@ def update_memories(memory_ids: Sequence[uuid.UUID], values: dict[str, Any], *,
 
 
 def insert_memories(memories: Sequence[Memory], *, audit: Callable[[Memory], Audit | None] | None,
-                      at: datetime) -> None:
+                    at: datetime) -> None:
     """Insert many memories at once (a batch of messages): one INSERT, the indexers once for the
     batch, their neighbours' contexts, one audit row and one feed row each."""
     if not memories:
@@ -302,7 +302,7 @@ def insert_memories(memories: Sequence[Memory], *, audit: Callable[[Memory], Aud
 
 
 def delete_memories(memories: Sequence[Memory], *, audit: Callable[[Memory], Audit | None] | None,
-                     at: datetime) -> None:
+                    at: datetime) -> None:
     """Delete memories for good (forget, a collection deleted, the cleanup after archiving)."""
     if not memories:
         return
@@ -356,7 +356,7 @@ class StoreReplacement:
         _feed([uuid.UUID(int=0)], ChangeFeedEntry.Op.RESET)
         if self.audit is not None:
             record_audit(operation=self.audit.operation, actor=self.audit.actor, namespace="*", details=self.audit.details,
-                  at=self.at)
+                         at=self.at)
         transaction.on_commit(sync_indexes)
 
 

@@ -153,7 +153,7 @@ def event(params: EventParams, ctx: CallContext) -> dict[str, Any]:
                if name in params.model_fields_set}
     changes.update(dict.fromkeys(params.clear))
     memory = edits.memory_set_event(memory_id=params.id, namespace=_namespace(params.namespace), changes=changes,
-                                       actor=ctx.actor)
+                                    actor=ctx.actor)
     return selectors.event_view(memory)
 
 
@@ -338,7 +338,7 @@ class SetTierParams(Input):
 def memories_set_tier(params: SetTierParams, ctx: CallContext) -> dict[str, Any]:
     """Change a memory's tier; its expiry and review date are recomputed from now."""
     memory = edits.memory_edit(memory_id=params.id, namespace=_namespace(params.namespace),
-                                  changes={"retention_tier": params.tier}, actor=ctx.actor)
+                               changes={"retention_tier": params.tier}, actor=ctx.actor)
     return selectors.tier_view(memory)
 
 

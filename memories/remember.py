@@ -352,8 +352,8 @@ def _embed(content: str, previous: Sequence[str]) -> tuple[np.ndarray | None, Em
 
 def _audit(memory: Memory, actor: str) -> funnel.Audit:
     return funnel.Audit("ADD", actor, {"tier": memory.retention_tier, "collection": memory.collection,
-                                        "source": memory.source, "thread": memory.thread,
-                                        "message_id": memory.message_id})
+                                       "source": memory.source, "thread": memory.thread,
+                                       "message_id": memory.message_id})
 
 
 def message_remember(*, data: RememberInput, actor: str) -> RememberResult:

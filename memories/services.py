@@ -97,7 +97,7 @@ def memory_tag(*, memory_id: str, add: list[str], remove: list[str], namespace: 
         if tags != memory.tags:
             before, memory.tags, memory.updated_at = memory.tags, tags, timezone.now()
             funnel.save_memory(memory, audit=funnel.Audit("TAG", actor, {"before": before, "after": tags}),
-                                 at=memory.updated_at, fields=("tags", "updated_at"))
+                               at=memory.updated_at, fields=("tags", "updated_at"))
     return {"id": str(memory.id), "tags": tags}
 
 
@@ -125,5 +125,5 @@ def collection_delete(*, namespace: str, name: str, force: bool, actor: str) -> 
         if collection is not None:
             collection.delete()
         funnel.record_audit(operation="COLLECTION_DELETE", actor=actor, namespace=namespace, at=now,
-                      details={"name": name, "deleted_memory_count": count})
+                            details={"name": name, "deleted_memory_count": count})
     return {"ok": True, "namespace": namespace, "name": name, "deleted_memory_count": count}

@@ -73,8 +73,8 @@ def _vector_for(item: ArchivedMemory) -> tuple[bytes | None, str, bool]:
         return bytes(item.embedding), item.embedding_model, True
     try:
         passage = conversations.passage(Memory(id=item.memory_id, namespace=item.namespace, content=item.content,
-                                         **{name: getattr(item, name) for name in CONVERSATION_FIELDS},
-                                         created_at=item.created_at))
+                                               **{name: getattr(item, name) for name in CONVERSATION_FIELDS},
+                                               created_at=item.created_at))
         return to_bytes(embedder.embed_passage(passage)), embedder.model_id, True
     except EmbeddingUnavailable:
         return item.embedding, item.embedding_model, False  # the scheduled vector_sync embeds it later
@@ -138,7 +138,7 @@ def memory_archive(*, memory_id: str, actor: str, namespace: str | None = None) 
         memory = live_memory(memory_id, namespace)
         archived_copy(memory, now).save(force_insert=True)
         audit = funnel.Audit("ARCHIVE", actor, {"reason": "curator", "tier": memory.retention_tier,
-                                                 "summary": memory.summary})
+                                                "summary": memory.summary})
         funnel.delete_memories([memory], audit=lambda _m: audit, at=now)
     return {"archived": True, "id": str(memory.id), "namespace": memory.namespace}
 

@@ -130,7 +130,7 @@ def memories_consolidate(*, now: datetime | None = None) -> int:
     with transaction.atomic():
         ids = list(candidates.select_for_update().values_list("id", flat=True))
         funnel.update_memories(ids, {"stale": True, "expires_at": now - timedelta(milliseconds=1), "updated_at": now},
-                                 audit=lambda _m: audit, at=now)
+                               audit=lambda _m: audit, at=now)
     return len(ids)
 
 

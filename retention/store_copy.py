@@ -240,7 +240,7 @@ class _Copier:
             with transaction.atomic():
                 replacement.load_audit(
                     funnel.AuditEntry(timestamp=a.timestamp, namespace=a.namespace, operation=a.operation,
-                                       memory_id=a.memory_id, client_id=a.client_id, details=a.details)
+                                      memory_id=a.memory_id, client_id=a.client_id, details=a.details)
                     for a in page)
             inserted += len(page)
             self._committed(table, done + inserted, total)

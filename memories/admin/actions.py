@@ -239,7 +239,7 @@ def archive_now(model_admin: Any, request: HttpRequest, queryset: QuerySet[Memor
 def forget(model_admin: Any, request: HttpRequest, queryset: QuerySet[Memory]) -> TemplateResponse | None:
     return _with_page(model_admin, request, queryset, ConfirmForm, title="Forget the selected memories for good",
                       submit="Forget", then=lambda _data: run_each(model_admin, request, queryset, verb="Forgot",
-                                                                  call=_each(memory_forget, request)))
+                                                                   call=_each(memory_forget, request)))
 
 
 @admin.action(description="Re-embed (recompute the vector)", permissions=["change"])

@@ -81,5 +81,5 @@ def export_record(*, what: str, fmt: str, namespaces: Namespaces, query: str, ac
     scope = sorted(namespaces) if namespaces is not None else None
     namespace = scope[0] if scope is not None and len(scope) == 1 else "*"
     funnel.record_audit(operation="EXPORT", actor=actor, namespace=namespace, at=timezone.now(),
-                  details={"what": what, "format": fmt, "query": query[:500],
+                        details={"what": what, "format": fmt, "query": query[:500],
                            "namespaces": scope})

@@ -63,5 +63,5 @@ def curator_scope_set(*, user_id: int, namespaces: Iterable[str] | None, actor: 
         else:
             scope, _ = CuratorScope.objects.update_or_create(user_id=user_id, defaults={"namespaces": _clean(namespaces)})
         funnel.record_audit(operation="CURATOR_SCOPE", actor=actor, namespace="*", at=timezone.now(),
-                      details={"user_id": user_id, "namespaces": scope.namespaces if scope else None})
+                            details={"user_id": user_id, "namespaces": scope.namespaces if scope else None})
     return scope

@@ -162,7 +162,7 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
         if arrays:
             try:
                 return hnsw.AnnIndex.opened(arrays, snapshot.paths, self.dimensions, self._lock, self._rows.vectors_of,
-                                           self._snapshot_soon)
+                                            self._snapshot_soon)
             except (ValueError, KeyError, RuntimeError) as exc:
                 snapshots.logger.warning("vector index: snapshot graphs unusable (%s), rebuilding them", exc)
         rows = self._rows

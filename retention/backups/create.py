@@ -203,6 +203,6 @@ def backup_create(*, actor: str, label: str = "", progress: Progress | None = No
                   "created_at": now},
     )
     funnel.record_audit(operation="BACKUP", actor=actor, namespace="*", at=now,
-                  details={"path": info.path, "memory_count": memory_count, "size_bytes": info.size_bytes})
+                        details={"path": info.path, "memory_count": memory_count, "size_bytes": info.size_bytes})
     logger.info("backup created: %s (%d memories, %d bytes)", target.name, memory_count, info.size_bytes)
     return info

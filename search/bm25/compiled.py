@@ -174,6 +174,6 @@ def best(terms: list[TermList], bm25: Bm25, dl: np.ndarray, eligible: np.ndarray
     lists hold MIN_POSTINGS postings or more (all of kinds they take), else numpy's MaxScore."""
     kernels = ready()
     if (kernels is not None and sum(term.rows.size for term in terms) >= MIN_POSTINGS
-            and all(usable(term) for term in terms)):
+        and all(usable(term) for term in terms)):
         return top_k(kernels, terms, bm25, dl, eligible, limit)
     return topk.top_k(terms, bm25, dl, eligible, limit)

@@ -399,7 +399,7 @@ def test_api_token_add_form_offers_no_revoked_box_and_revoking_later_stops_the_t
 
 
 def test_thread_view_shows_the_transcript_in_order_with_links_and_context(page: Page, live_server, curator: User,
-                                                                        hash_embedder) -> None:
+                                                                          hash_embedder) -> None:
     from datetime import UTC, datetime
 
     from memories.remember import RememberInput, thread_append
@@ -423,7 +423,7 @@ def test_thread_view_shows_the_transcript_in_order_with_links_and_context(page: 
 
 
 def test_event_status_edited_in_the_admin_goes_through_the_service(page: Page, live_server, curator: User,
-                                                                 hash_embedder) -> None:
+                                                                   hash_embedder) -> None:
     memory = remember("Team offsite in Porto", status="planned")
     log_in(page, live_server.url)
     page.goto(f"{live_server.url}/admin/memories/memory/{memory.id}/change/")

@@ -280,7 +280,7 @@ def test_scoped_curator_sees_only_their_namespace(page: Page, live_server, charl
 
 
 def test_scoped_curator_cannot_open_another_namespaces_pages_by_url(page: Page, live_server, charlie: User,
-                                                                   two_namespaces: dict[str, Any]) -> None:
+                                                                    two_namespaces: dict[str, Any]) -> None:
     """A change page of bob's memory, archive entry or audit row answers 404 (or 403) to alice's
     curator, and shows none of it."""
     bob_memory = two_namespaces["live"]["bob"][0]
@@ -314,7 +314,7 @@ def test_scoped_curator_cannot_read_another_namespaces_thread(page: Page, live_s
 
 
 def test_scoped_curators_dashboard_counts_only_their_archive(page: Page, live_server, charlie: User,
-                                                            two_namespaces: dict[str, Any]) -> None:
+                                                             two_namespaces: dict[str, Any]) -> None:
     """The dashboard's "Archive (n kept)" is a count of memories: for alice's curator, alice's."""
     bob_extra = remember("Bob's old VPN endpoint was vpn1", namespace="bob", retention_tier="T3").id
     assert expire(bob_extra) == 1  # bob has 2 archived memories, alice 1
@@ -326,7 +326,7 @@ def test_scoped_curators_dashboard_counts_only_their_archive(page: Page, live_se
 
 
 def test_superuser_sets_a_curators_namespaces_on_the_user_page_and_it_is_audited(page: Page, live_server,
-                                                                                  curator: User) -> None:
+                                                                                 curator: User) -> None:
     dana = User.objects.create_user("dana", "dana@example.com", "dana's password", is_staff=True)
     log_in(page, live_server.url)
     sidebar_link(page, "auth", "user").click()
@@ -367,7 +367,7 @@ def test_superuser_sets_a_curators_namespaces_on_the_user_page_and_it_is_audited
 
 
 def test_five_wrong_passwords_lock_the_login_even_for_the_right_one(page: Page, live_server, curator: User,
-                                                                   screenshot: Screenshot) -> None:
+                                                                    screenshot: Screenshot) -> None:
     other = User.objects.create_superuser("erin", "erin@example.com", "erin's own password")
     for attempt in range(1, 6):
         submit_login(page, live_server.url, USERNAME, f"wrong password {attempt}")

@@ -34,7 +34,7 @@ from tests.live_server import LiveServer
 pytestmark = pytest.mark.django_db
 
 FUZZ = fuzz_settings(max_examples=50, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large, HealthCheck.filter_too_much])
 CLIENT_CODES = {"INVALID_INPUT", "NOT_FOUND", "CONFLICT", "FORBIDDEN"}
 FULL = CallContext(actor="fuzz")
@@ -70,7 +70,7 @@ TIMESTAMPS = _mostly(
         lambda moment: moment.isoformat()),
     st.one_of(st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59), timezones=_ZONES).map(
         lambda moment: moment.isoformat()), st.integers(min_value=-(2**40), max_value=2**40),
-        st.floats(allow_nan=True, allow_infinity=True)),
+              st.floats(allow_nan=True, allow_infinity=True)),
 )
 
 

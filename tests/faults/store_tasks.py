@@ -34,7 +34,7 @@ def _seed(namespace: str, count: int, expired: int) -> list[str]:
     now = timezone.now()
     with transaction.atomic():
         funnel.update_memories([uuid.UUID(i) for i in ids[:expired]], {"expires_at": now - timedelta(days=1)},
-                                 audit=None, at=now)
+                               audit=None, at=now)
     return ids
 
 

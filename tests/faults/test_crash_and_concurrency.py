@@ -204,7 +204,7 @@ def test_kill_9_mid_ingest_loses_no_acknowledged_write(tmp_path: Path, store_bac
 
 
 def test_32_http_clients_on_two_workers_and_cli_writers_lose_nothing(tmp_path: Path,
-                                                                      store_backend: dict[str, str]) -> None:
+                                                                     store_backend: dict[str, str]) -> None:
     """32 clients over HTTP (two worker processes) and 3 CLI processes write at once: every answer
     a 200 (no "database is locked", no 500), every acknowledged write stored once, whole."""
     live = LiveServer(home=tmp_path, config=CONFIG, env=dict(store_backend), workers=2).start(timeout=180)

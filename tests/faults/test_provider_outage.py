@@ -141,7 +141,7 @@ def test_writes_during_an_outage_are_kept_and_embedded_when_the_provider_returns
 
 @pytest.mark.django_db(transaction=True)
 def test_without_the_fallback_an_outage_refuses_the_write_and_stores_nothing(provider: SwitchedEmbedder,
-                                                                            bhg_config: Any) -> None:
+                                                                             bhg_config: Any) -> None:
     bhg_config.pipeline.fallback_to_threshold_dedup = False
     provider.down.set()
     content = next(iter(DURING))

@@ -193,7 +193,7 @@ def _check(seen: dict[str, Any]) -> None:
     _check_tools(seen["tools"])
     assert set(seen["prompts"]) == PROMPTS and seen["prompt_descriptions"]
     assert seen["prompts"]["remember-this"] == ("Remember this", {"passage": True, "namespace": False,
-                                                                   "collection": False, "tag": False})
+                                                                  "collection": False, "tag": False})
     assert seen["prompts"]["session-start"][1] == {"namespace": False, "thread": False, "query": False}
     assert seen["prompts"]["bootstrap"][1] == {"namespace": False, "section": False}
     assert "Start with section 2" in seen["bootstrap"] and "Identity & Role" in seen["bootstrap"]

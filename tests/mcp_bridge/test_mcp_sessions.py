@@ -51,7 +51,7 @@ async def _exercise(session: ClientSession, server: str | None = None) -> dict[s
     seen["tag"] = (await call("tag", {"id": memory_id, "add": ["network"], **ns})).structured_content
     seen["collections"] = (await call("collections", {"action": "list", **ns})).structured_content
     seen["category"] = (await call("category", {"action": "set", "name": "net-policy", "slot": "architecture",
-                                                 "content": "All remote access goes through the VPN", **ns})).structured_content
+                                                "content": "All remote access goes through the VPN", **ns})).structured_content
     seen["bootstrap"] = (await call("bootstrap", {"action": "start", "namespace": "mcp-profile"})).structured_content
     seen["import"] = (await call("import", {"format": "freeform", "content": "One.\n\nTwo.", "dry_run": True})).structured_content
     seen["backup"] = (await call("backup", {"action": "create"})).structured_content

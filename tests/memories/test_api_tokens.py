@@ -40,17 +40,17 @@ def test_token_change_is_audited_takes_effect_and_never_unrevokes() -> None:
 
     row, plain = api_tokens.token_create(name="ci-agent", namespaces=["alice"], read_only=False, actor="cli")
     api_tokens.token_change(token_id=row.pk, name="ci", namespaces=["alice", "bob"], read_only=True, revoked=False,
-                        actor="admin:ops")
+                            actor="admin:ops")
     principal = api_tokens.principal_for(f"Bearer {plain}")
     assert principal is not None and principal.namespaces == frozenset({"alice", "bob"}) and principal.read_only
     assert AuditLog.objects.get(operation="TOKEN_CHANGE").details["namespaces"] == ["alice", "bob"]
     with pytest.raises(InvalidInput, match="namespace"):
         api_tokens.token_change(token_id=row.pk, name="ci", namespaces=["not a namespace"], read_only=True,
-                            revoked=False, actor="admin:ops")
+                                revoked=False, actor="admin:ops")
     api_tokens.token_change(token_id=row.pk, name="ci", namespaces=["alice"], read_only=True, revoked=True, actor="admin:ops")
     assert api_tokens.principal_for(f"Bearer {plain}") is None
     assert AuditLog.objects.get(operation="TOKEN_REVOKE").client_id == "admin:ops"
     with pytest.raises(InvalidInput, match="stays revoked"):
         api_tokens.token_change(token_id=row.pk, name="ci", namespaces=["alice"], read_only=True, revoked=False,
-                            actor="admin:ops")
+                                actor="admin:ops")
     assert api_tokens.principal_for(f"Bearer {plain}") is None

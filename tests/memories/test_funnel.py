@@ -103,7 +103,7 @@ def test_writes_that_change_no_memory_are_audited_by_the_funnel_helper(hash_embe
 
 
 def test_an_index_failure_after_commit_flags_the_row_and_loses_nothing(hash_embedder, monkeypatch: pytest.MonkeyPatch,
-                                                                        django_capture_on_commit_callbacks) -> None:
+                                                                       django_capture_on_commit_callbacks) -> None:
     index = embedded.get_vector_index()
     assert index is not None
 

@@ -170,7 +170,7 @@ class Client:
         data, headers = None, {}
         if form is not None:
             data, headers = urllib.parse.urlencode(form).encode(), {"Content-Type": "application/x-www-form-urlencoded",
-                                                                     "Referer": self.base + path}
+                                                                    "Referer": self.base + path}
         elif body is not None:
             data, headers = json.dumps(body).encode(), {"Content-Type": "application/json"}
         request = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)

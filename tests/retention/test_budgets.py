@@ -52,7 +52,7 @@ def _six_t3() -> dict[str, str]:
 
 
 def test_a_tier_over_budget_loses_its_least_used_memories_first_archived_and_restorable(hash_embedder,
-                                                                                         bhg_config) -> None:
+                                                                                        bhg_config) -> None:
     bhg_config.retention.tier_budgets.T3 = 2
     ids = _six_t3()
     foundations = {remember(f"Foundation {n}: the company values rule {n}", retention_tier="T0").id for n in range(3)}

@@ -138,7 +138,7 @@ def test_a_store_moves_to_postgresql_and_searches_the_same(e5, target: str) -> N
     assert again["ok"] and set(again["inserted"].values()) == {0}
     # the sequences moved past the copied keys: the target's next row does not collide
     [(new_id,)] = _query(target, "INSERT INTO categories (namespace, name, slot, content, revision, updated_at) "
-                                 "VALUES ('global', 'fresh', 'custom', 'x', 1, now()) RETURNING id")
+                         "VALUES ('global', 'fresh', 'custom', 'x', 1, now()) RETURNING id")
     assert new_id > max(r[0] for r in _query(target, "SELECT id FROM categories WHERE name <> 'fresh'"))
 
 

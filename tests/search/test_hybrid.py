@@ -388,7 +388,7 @@ def started_queries(hash_embedder) -> StartedQueries:  # noqa: ANN001 - the fixt
 
 
 def test_hybrid_scores_fulltext_while_the_query_embeds(started_queries: StartedQueries,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     target = remember("The billing service runs on Kubernetes").id
     remember(DISTRACTORS[0])
     events: list[str] = []
@@ -408,7 +408,7 @@ def test_hybrid_scores_fulltext_while_the_query_embeds(started_queries: StartedQ
 
 
 def test_hybrid_degrades_to_fulltext_when_the_started_query_fails(started_queries: StartedQueries,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     target = remember("The billing service runs on Kubernetes").id
     real_search = fulltext.search
 

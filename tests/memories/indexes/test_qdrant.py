@@ -58,7 +58,7 @@ def test_expiry_namespace_and_collection_filters(qdrant: QdrantVectorIndex) -> N
     live = remember("Alpha: the cache TTL is five minutes", collection="infra")
     expiring = remember("Alpha: temporary feature flag for the beta", retention_tier="T3")
     funnel.update_memories([expiring.id], {"expires_at": timezone.now() - timedelta(hours=1)}, audit=None,
-                             at=timezone.now())
+                           at=timezone.now())
     qdrant.sync()
     assert _semantic("Alpha: temporary feature flag for the beta") == [live.id]  # the expired one is filtered out
     assert _semantic("Alpha: the cache TTL is five minutes", collection="general") == []
@@ -167,7 +167,7 @@ def test_repair_rebuilds_the_store_from_qdrant(qdrant: QdrantVectorIndex, hash_e
     assert laptop.created_at.year == 2026 and laptop.expires_at > timezone.now() + timedelta(days=39)
     assert all(m.vector_synced for m in Memory.objects.all())  # vectors came from Qdrant
     assert [str(h.memory.id) for h in memories_search(query="build cache S3", namespace="global", collection=None,
-                                                       mode="fulltext", limit=5)] == [first.id]
+                                                      mode="fulltext", limit=5)] == [first.id]
     assert _semantic("Repair: releases are cut on Thursdays", namespace="team") == [second.id]
     again = repair_from_index(dry_run=False, device_id=None, actor="test")
     assert (again.recovered, again.already_in_sqlite) == (0, 3)

@@ -235,7 +235,7 @@ def test_the_feed_after_the_snapshot_is_replayed(hash_embedder, snapshot_dir) ->
     memory_forget(memory_id=ids["kept"], namespace="alice", actor="test")
     now = timezone.now()
     funnel.update_memories([uuid.UUID(ids["other"])], {"expires_at": now + timedelta(days=1), "decay_eligible": True},
-                             audit=None, at=now)
+                           audit=None, at=now)
     vectors, text = _vector_index(hash_embedder), _text_index()
     assert set(_semantic(vectors, hash_embedder, "x", namespace="alice")) == {added, ids["other"], ids["expiring"]}
     assert set(_fulltext(text, "lighthouse", namespace="alice")) == {added, ids["expiring"]}
@@ -246,7 +246,7 @@ def test_the_feed_after_the_snapshot_is_replayed(hash_embedder, snapshot_dir) ->
 
 
 def test_a_vector_changed_after_the_snapshot_is_scored_with_its_new_value(hash_embedder, snapshot_dir,  # noqa: ANN001
-                                                                        monkeypatch) -> None:  # noqa: ANN001
+                                                                          monkeypatch) -> None:  # noqa: ANN001
     """Re-scored rows are read from the snapshot's file (memories/indexes/file_rows.py), except those the
     feed tail wrote into this process's copy-on-write mapping: those only the mapping holds."""
     ids = _saved_pair(hash_embedder)
