@@ -1,4 +1,4 @@
-"""The ``.bhgb`` backup format, shared by export (backup_export.py) and import (backup_import.py).
+"""The ``.bhgb`` backup format, shared by export (create.py) and import (restore.py).
 
 File format (the original BHGBrain's container, so its backups restore here too)::
 

@@ -1,4 +1,4 @@
-"""Backups, export side: the whole store in one ``.bhgb`` file (format: backup_format.py).
+"""Backups, export side: the whole store in one ``.bhgb`` file (format: bhgb_format.py).
 
 The export is read inside one transaction, so it is a consistent snapshot whichever database
 serves the store.
