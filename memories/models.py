@@ -286,7 +286,7 @@ class AccessDay(models.Model):
 
 
 class MemoryTag(models.Model):
-    """One tag of one live memory, kept by the write funnel (memories/tag_index.py): tag completion
+    """One tag of one live memory, kept by the write funnel (memories/indexes/tag_index.py): tag completion
     reads a namespace's tags from this table's index instead of every memory's JSON list."""
 
     memory_id = models.UUIDField()

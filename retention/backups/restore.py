@@ -1,7 +1,7 @@
 """Backups, import side: replace the whole store with a ``.bhgb`` file's content, live.
 
 Ours and the original BHGBrain's backups restore (format: bhgb_format.py); every value read
-from the file goes through memories.interop.incoming (checked, bounded, defaulted), and the store is
+from the file goes through memories.incoming (checked, bounded, defaulted), and the store is
 replaced through the write funnel (memories.funnel.replace_store): the full-text index
 follows, and every process's vector index and a shared Qdrant learn of it from the change feed.
 """

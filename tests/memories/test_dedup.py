@@ -1,4 +1,4 @@
-"""The fact guard's word-by-word comparison (memories.pipeline.dedup.compare), without embeddings."""
+"""The fact guard's word-by-word comparison (memories.dedup.compare), without embeddings."""
 from __future__ import annotations
 
 import pytest
