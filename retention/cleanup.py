@@ -41,6 +41,7 @@ from memories.access import tracker
 from memories.indexes.feed import feed_prune
 from memories.models import CONVERSATION_FIELDS, Memory
 from retention import budgets, compaction
+from retention.backups.bhgb_format import leftovers_remove
 from retention.models import ArchivedMemory
 
 logger = logging.getLogger("bhgbrain.retention")
@@ -196,5 +197,6 @@ def retention_cleanup(*, consolidate: bool = False, dry_run: bool = False, tier:
     compaction.deletions_tally()  # before the feed rows it counts are pruned
     report.feed_rows_pruned = feed_prune(now=now)
     report.compaction = compaction.compaction_run(force=force_compact, now=now)
+    leftovers_remove()  # the work files of a backup that was killed
     logger.info("retention cleanup: %s", report.as_dict())
     return report

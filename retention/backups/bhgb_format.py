@@ -17,7 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
+import re
+import shutil
+import socket
 import struct
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +100,70 @@ def backups_dir() -> Path:
     path = Path(settings.BHGBRAIN_DATA_DIR) / "backups"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+# --------------------------------------------------------------------------- work files
+
+logger = logging.getLogger("bhgbrain.backups")
+HOST = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:64] or "host"
+LEFTOVER = re.compile(r"^\.(export|partial|restore)-(?:(\d+)@([A-Za-z0-9._-]+)~)?")
+UNOWNED_AFTER_S = 24 * 3600  # a work file of another host, or of an older release, untouched this long
+
+
+def work_prefix(kind: str) -> str:
+    """The name prefix of a backup's work file or folder (``export``, ``partial``, ``restore``):
+    it names this process and host, so a later backup or ``gc`` can tell a killed one's leftovers
+    from a running one's."""
+    return f".{kind}-{os.getpid()}@{HOST}~"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def _last_touched(path: Path) -> float:
+    stamps = [path.stat().st_mtime]
+    if path.is_dir():
+        stamps += [child.stat().st_mtime for child in path.rglob("*")]
+    return max(stamps)
+
+
+def _abandoned(path: Path, now: float) -> bool:
+    match = LEFTOVER.match(path.name)
+    if match is None:
+        return False
+    pid, host = match.group(2), match.group(3)
+    if pid is not None and host == HOST:
+        return int(pid) != os.getpid() and not _pid_alive(int(pid))
+    return now - _last_touched(path) > UNOWNED_AFTER_S
+
+
+def leftovers_remove(*, now: float | None = None) -> list[str]:
+    """Remove the work files and folders that a killed ``backup create`` or restore left in the
+    backups folder: this host's whose process is gone, and any untouched for a day (another
+    host's, or written before their names carried a process). A running backup's are kept.
+    Returns the names removed."""
+    removed, now = [], now or time.time()
+    for path in backups_dir().glob(".*"):
+        try:
+            if not _abandoned(path, now):
+                continue
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:  # its owner finished meanwhile
+            continue
+        removed.append(path.name)
+    if removed:
+        logger.info("removed %d backup work files left by a stopped backup: %s", len(removed), ", ".join(sorted(removed)))
+    return removed
 
 
 def sha256_of(path: Path) -> str:

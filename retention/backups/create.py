@@ -27,7 +27,18 @@ from memories import funnel
 from memories.embeddings import get_embedder
 from memories.models import AuditLog, BootstrapSession, Collection, Memory, MemoryRevision
 from memories.selectors import iso
-from retention.backups.bhgb_format import CHUNK, FORMAT_VERSION, PRODUCER, SCHEMA, SUFFIX, BackupInfo, backups_dir, sha256_of
+from retention.backups.bhgb_format import (
+    CHUNK,
+    FORMAT_VERSION,
+    PRODUCER,
+    SCHEMA,
+    SUFFIX,
+    BackupInfo,
+    backups_dir,
+    leftovers_remove,
+    sha256_of,
+    work_prefix,
+)
 from retention.models import ArchivedMemory, BackupRecord
 
 logger = logging.getLogger("bhgbrain.retention")
@@ -160,7 +171,7 @@ def model_header() -> tuple[str | None, int | None]:
 def _write_container(db_path: Path, target: Path, header: dict[str, Any]) -> None:
     """Header + database bytes, written to a temporary file and renamed (never half a backup)."""
     raw = json.dumps(header, separators=(",", ":")).encode()
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".partial-", suffix=SUFFIX)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=work_prefix("partial"), suffix=SUFFIX)
     try:
         with os.fdopen(fd, "wb") as out, db_path.open("rb") as src:
             out.write(struct.pack("<I", len(raw)) + raw)
@@ -185,8 +196,9 @@ def backup_create(*, actor: str, label: str = "", progress: Progress | None = No
     """Snapshot the whole store into ``<data_dir>/backups/<timestamp>.bhgb``; ``progress``
     hears ("memories", exported, total) as the memories are written."""
     now = timezone.now()
+    leftovers_remove()  # what a killed backup left behind
     target = _new_backup_path(now, label)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".export-") as work:
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=work_prefix("export")) as work:
         db_path = Path(work) / "store.sqlite3"
         memory_count = _export(db_path, progress)
         model, dims = model_header()

@@ -30,7 +30,7 @@ from categories.models import Category, CategoryRevision
 from memories import funnel, incoming
 from memories.models import BootstrapSession, Collection, Memory, MemoryRevision, MemorySource, MemoryType, Operation, RetentionTier
 from memories.pipeline.normalize import checksum
-from retention.backups.bhgb_format import CHUNK, SUFFIX, backups_dir, read_header
+from retention.backups.bhgb_format import CHUNK, SUFFIX, backups_dir, read_header, work_prefix
 from retention.backups.create import backup_create, model_header
 from retention.models import ArchivedMemory
 
@@ -303,7 +303,7 @@ def _remove_abandoned_work() -> None:
 
 
 def _restore_from(source: Path, actor: str, progress: Progress | None) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(dir=backups_dir(), prefix=".restore-") as work:
+    with tempfile.TemporaryDirectory(dir=backups_dir(), prefix=work_prefix("restore")) as work:
         header, db_path = _unpack(source, Path(work))
         db = _open_backup_db(db_path)
         try:
