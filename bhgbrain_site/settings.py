@@ -9,18 +9,15 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from bhgbrain_site.core import sqlite_upkeep
-from bhgbrain_site.core.config import ConfigError, data_dir_for, load_config
+from bhgbrain_site.core.config import ConfigError, data_dir_for, load_config, usable_directory
 from bhgbrain_site.core.shared_cache import store_key
 
 try:
     BHGBRAIN, BHGBRAIN_CONFIG_PATH = load_config()
+    BHGBRAIN_DATA_DIR = usable_directory(data_dir_for(BHGBRAIN, BHGBRAIN_CONFIG_PATH), what="data directory")
+    BHGBRAIN_LOG_DIR = usable_directory(BHGBRAIN_DATA_DIR / "logs", what="log directory")
 except ConfigError as exc:
     raise ImproperlyConfigured(str(exc)) from None
-
-BHGBRAIN_DATA_DIR = data_dir_for(BHGBRAIN, BHGBRAIN_CONFIG_PATH)
-BHGBRAIN_DATA_DIR.mkdir(parents=True, exist_ok=True)
-BHGBRAIN_LOG_DIR = BHGBRAIN_DATA_DIR / "logs"
-BHGBRAIN_LOG_DIR.mkdir(parents=True, exist_ok=True)
 BHGBRAIN_DEVICE_ID: str = BHGBRAIN.device.id or "unknown"
 
 

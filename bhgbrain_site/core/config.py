@@ -298,8 +298,28 @@ def load_config(explicit: str | None = None) -> tuple[BHGBrainConfig, Path]:
     device_id, persist = resolve_device_id(config)
     if persist or not path.exists():
         config.device.id = device_id
-        _write_atomic(path, config.model_dump(mode="json"))
+        try:
+            _write_atomic(path, config.model_dump(mode="json"))
+        except OSError as exc:
+            raise ConfigError(f"cannot write the config file {path}: {exc.strerror or exc} (--config=PATH or "
+                              "BHGBRAIN_CONFIG picks another place)") from None
     return config, path
+
+
+def usable_directory(path: Path, *, what: str) -> Path:
+    """``path`` as a directory this process can write in (created if missing), or a ConfigError
+    saying which directory, why, and where it comes from. A write is tried: a read-only file
+    system or a folder of another user fails here, at start, not at the first memory."""
+    probe = path / f".write-check-{os.getpid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"the {what} {path} cannot be used: {reason} (config key data_dir, else the folder of "
+                          "the config file; the server writes its database, logs and index snapshots there)") from None
+    return path
 
 
 def data_dir_for(config: BHGBrainConfig, config_path: Path) -> Path:

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.faults.conftest import cli
+from tests.faults.conftest import ROOT, cli
 from tests.live_server import LiveServer, free_port, server_env, unavailable
 
 # Degraded mode (no embedder): what is stored matters here, not its meaning, and the local model
@@ -504,3 +504,30 @@ def test_d_postgresql_restarted_under_load_fails_requests_cleanly_and_recovers_w
     with psycopg.connect(throwaway_postgres.url) as db:
         stored = {row[0].hex: row[1] for row in db.execute("SELECT id, content FROM memories")}
     assert {_hex(k): v for k, v in acknowledged.items()}.items() <= stored.items()  # no acknowledged write lost
+
+
+def _start_refused(config: Path) -> subprocess.CompletedProcess[str]:
+    """``bhgbrain server start`` on this config: it must refuse at once, in one clear line."""
+    command = [sys.executable, "-m", "bhgbrain_site.cli.main", f"--config={config}", "server", "start",
+               f"--port={free_port()}", "--no-scheduler"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=server_env(), cwd=ROOT)
+
+
+def test_e_a_server_on_a_read_only_or_impossible_data_directory_refuses_to_start_with_a_clear_error(tmp_path: Path) -> None:
+    with _tmpfs(tmp_path / "ro", size="4m") as mounted:
+        (mounted / "data").mkdir()
+        assert _run("mount", "-o", "remount,ro", str(mounted)).returncode == 0
+        config = tmp_path / "config.json"
+        config.write_text(json.dumps({"device": {"id": "ro-test"}, "data_dir": str(mounted / "data")}))
+        refused = _start_refused(config)
+        assert refused.returncode == 2
+        assert f"the data directory {mounted / 'data'} cannot be used: Read-only file system" in refused.stderr
+        assert "Traceback" not in refused.stderr and refused.stdout == ""
+    (tmp_path / "a-file").write_text("")
+    config.write_text(json.dumps({"device": {"id": "ro-test"}, "data_dir": str(tmp_path / "a-file" / "data")}))
+    refused = _start_refused(config)
+    assert refused.returncode == 2 and "cannot be used: Not a directory" in refused.stderr and "Traceback" not in refused.stderr
+    unwritable = Path("/proc") / f"bhgbrain-{uuid.uuid4().hex}" / "config.json"  # no one can create a folder there
+    refused = _start_refused(unwritable)
+    assert refused.returncode == 2 and f"cannot write the config file {unwritable}" in refused.stderr
+    assert "Traceback" not in refused.stderr
