@@ -53,7 +53,8 @@ def _pools() -> dict[str, Executor]:
 
 
 def _searcher(namespace: str, mode: str) -> Callable[[str], str]:
-    from bhgbrain_site.registry import CallContext, call_tool
+    from bhgbrain_site.core.calls import CallContext
+    from bhgbrain_site.registry import call_tool
 
     context = CallContext(actor="bench")
 

@@ -358,7 +358,8 @@ def search_body(question: str, namespace: str, mode: str) -> dict[str, Any]:
 
 
 def in_process_call(namespace: str, mode: str) -> Callable[[str], Any]:
-    from bhgbrain_site.registry import CallContext, call_tool
+    from bhgbrain_site.core.calls import CallContext
+    from bhgbrain_site.registry import call_tool
 
     context = CallContext(actor="bench")
     return lambda question: call_tool("search", search_body(question, namespace, mode), context)

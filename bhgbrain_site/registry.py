@@ -15,18 +15,15 @@ adapters that name them.
 """
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from django.db import connections
 from pydantic import BaseModel, ValidationError
 
 from bhgbrain_site.core.calls import CallContext, Principal
@@ -34,7 +31,7 @@ from bhgbrain_site.core.contracts import ERROR_ECHO_MAX, RESOURCES, TOOLS
 from bhgbrain_site.core.errors import DomainError, Forbidden, InvalidInput, NotFound, describe_validation_error, storage_reason
 from bhgbrain_site.core.inputs import check_storable
 from bhgbrain_site.core.metrics import metrics
-from bhgbrain_site.core.pools import LifoThreadPool
+from bhgbrain_site.core.pools import READ_POOL, WRITE_POOL, drop_broken_connections
 
 T = TypeVar("T")
 
@@ -158,21 +155,6 @@ def get_operation(name: str) -> Operation:
     return found
 
 
-# Operations run in two thread pools, shared by every transport of the process (HTTP and MCP),
-# instead of the event loop's default one: calls that write (remember embeds a passage, takes
-# the write lock) queue in their own pool, so a burst of writes never holds every thread while
-# a search waits for one. Each thread keeps its database connection between calls (no
-# connection set-up per call); :func:`call` drops one that broke. The thread that finished last
-# takes the next call (bhgbrain_site/core/pools.py), so a light load keeps one thread's caches warm.
-READ_POOL = LifoThreadPool(12, thread_name_prefix="bhgbrain-read")
-WRITE_POOL = LifoThreadPool(12, thread_name_prefix="bhgbrain-write")
-
-
-def in_pool(executor: Executor, work: Callable[..., T], *args: Any) -> Awaitable[T]:
-    """Run ``work(*args)`` in one of the pools from the event loop (with the caller's context)."""
-    return asyncio.get_running_loop().run_in_executor(executor, contextvars.copy_context().run, work, *args)
-
-
 def executor_for(name: str) -> Executor:
     """The read pool for an operation that never writes, the write pool otherwise (and for unknown names)."""
     try:
@@ -243,36 +225,6 @@ def _pinned(params: BaseModel, principal: Principal, *, writes: bool) -> BaseMod
     if principal.namespaces is None or "namespace" not in type(params).model_fields:
         return params
     return params.model_copy(update={"namespace": namespace})
-
-
-IDLE_CHECK_S = 30.0  # a thread's connection unused this long is checked before its next query
-_thread_calls = threading.local()  # .at: when this thread last began a call (time.monotonic)
-
-
-def drop_broken_connections() -> None:
-    """Close this thread's database connections that failed and no longer answer (PostgreSQL
-    restarted, say), so the next query reconnects. Django checks connections only at a request's
-    start and end, in the thread that handles its signals; calls run in thread pools, whose
-    connections would otherwise stay broken until the process restarts.
-
-    A connection this thread has not used for ``IDLE_CHECK_S`` is checked before its next query
-    (Django's ``CONN_HEALTH_CHECKS``, on for PostgreSQL): a database, pooler or proxy that closes
-    idle connections would otherwise fail that query once. The pool keeps a light load on the
-    threads that finished last, so the others can sit idle for long (bhgbrain_site/core/pools.py)."""
-    now = time.monotonic()
-    idle = now - getattr(_thread_calls, "at", now) >= IDLE_CHECK_S
-    _thread_calls.at = now
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is None or conn.in_atomic_block:
-            continue
-        if idle:
-            conn.health_check_done = False  # its next cursor runs is_usable() first, if health checks are on
-        if not conn.errors_occurred:
-            continue
-        if conn.is_usable():
-            conn.errors_occurred = False
-        else:
-            conn.close()
 
 
 _writes_done = 0  # calls of writing operations this process finished (ok or not)

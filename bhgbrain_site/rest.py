@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from bhgbrain_site import registry
 from bhgbrain_site.core.calls import CallContext
 from bhgbrain_site.core.errors import InvalidInput, error_for_status, to_envelope
+from bhgbrain_site.core.pools import READ_POOL, WRITE_POOL
 
 # Set on the views OperationViewSet.as_view makes: bhgbrain_site.server.asgi_routes serves them straight
 # from ASGI (they need none of Django's middleware: no session, no CSRF, no cookie).
@@ -89,7 +90,7 @@ class OperationViewSet(viewsets.ViewSet):
             if not isinstance(request, ASGIRequest):  # WSGI, the test client: the caller's own thread
                 return await sync_to_async(run, thread_sensitive=True)(request, *args, **kwargs)
             reads = request.method in SAFE_METHODS or cls.reads_only
-            executor = registry.READ_POOL if reads else registry.WRITE_POOL
+            executor = READ_POOL if reads else WRITE_POOL
             return await sync_to_async(run, thread_sensitive=False, executor=executor)(request, *args, **kwargs)
 
         setattr(pooled, POOLED, True)

@@ -22,9 +22,9 @@ from mcp import types
 from mcp.server.lowlevel import Server
 
 from bhgbrain_site import registry
-from bhgbrain_site.core.calls import Principal
+from bhgbrain_site.core.calls import CallContext, Principal
 from bhgbrain_site.core.errors import to_envelope
-from bhgbrain_site.registry import CallContext
+from bhgbrain_site.core.pools import READ_POOL, WRITE_POOL, in_pool
 from mcp_bridge import notifications, prompts, stdio_pipes, subscriptions
 from mcp_bridge.schemas import lean_schema
 
@@ -122,12 +122,12 @@ def _in_thread(work: Callable[[], T], operation: str | None = None) -> Awaitable
         return work()
 
     if operation is None:
-        executor = registry.READ_POOL
+        executor = READ_POOL
     elif _ready.is_set():
         executor = registry.executor_for(operation)
     else:
-        executor = registry.WRITE_POOL  # which pool is unknown until the apps are loaded
-    return registry.in_pool(executor, run)
+        executor = WRITE_POOL  # which pool is unknown until the apps are loaded
+    return in_pool(executor, run)
 
 
 def _read(uri: str, caller: CallContext) -> types.ReadResourceResult:

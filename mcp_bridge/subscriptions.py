@@ -32,6 +32,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from bhgbrain_site import registry
 from bhgbrain_site.core.calls import CallContext, Principal
 from bhgbrain_site.core.errors import DomainError
+from bhgbrain_site.core.pools import READ_POOL, in_pool
 from mcp_bridge.notifications import PEERS, Peer, peer_of
 
 logger = logging.getLogger("bhgbrain.mcp")
@@ -119,7 +120,7 @@ class Watcher:
     async def start(self) -> None:
         """Called at each subscribe, before it is answered: changes from now on are seen."""
         if self.position is None:
-            answer = await registry.in_pool(registry.READ_POOL, registry.call, "changes.since", {}, WATCHER)
+            answer = await in_pool(READ_POOL, registry.call, "changes.since", {}, WATCHER)
             self.position = answer["position"]
         if self.task is None or self.task.done():
             self.wake = asyncio.Event()
@@ -141,7 +142,7 @@ class Watcher:
     async def poll(self) -> None:
         more = True
         while more and self.position is not None:
-            changes = await registry.in_pool(registry.READ_POOL, registry.call, "changes.since", self.position, WATCHER)
+            changes = await in_pool(READ_POOL, registry.call, "changes.since", self.position, WATCHER)
             self.position, more = changes["position"], changes["more"]
             if changes["memories"] or changes["categories"] or changes["reset"]:
                 await self.notify(changes)

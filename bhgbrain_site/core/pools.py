@@ -15,14 +15,21 @@ kept warm, and a heavy one still uses them all.
 """
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import itertools
 import os
 import threading
+import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
-from typing import Any
+from typing import Any, TypeVar
+
+from django.db import connections
+
+T = TypeVar("T")
 
 _Call = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
@@ -153,3 +160,52 @@ def _settle(outcome: _Outcome) -> None:
         future.set_exception(error)
     else:
         future.set_result(result)
+
+
+# --------------------------------------------------------------------------- the operations' pools
+
+# Operations run in two thread pools, shared by every transport of the process (HTTP and MCP),
+# instead of the event loop's default one: calls that write (remember embeds a passage, takes
+# the write lock) queue in their own pool, so a burst of writes never holds every thread while
+# a search waits for one. Each thread keeps its database connection between calls (no
+# connection set-up per call); the registry's call drops one that broke (:func:`drop_broken_connections`). The thread that finished last
+# takes the next call (:class:`LifoThreadPool`), so a light load keeps one thread's caches warm.
+READ_POOL = LifoThreadPool(12, thread_name_prefix="bhgbrain-read")
+WRITE_POOL = LifoThreadPool(12, thread_name_prefix="bhgbrain-write")
+
+
+def in_pool(executor: Executor, work: Callable[..., T], *args: Any) -> Awaitable[T]:
+    """Run ``work(*args)`` in one of the pools from the event loop (with the caller's context)."""
+    return asyncio.get_running_loop().run_in_executor(executor, contextvars.copy_context().run, work, *args)
+
+
+# --------------------------------------------------------------------------- their threads' connections
+
+IDLE_CHECK_S = 30.0  # a thread's connection unused this long is checked before its next query
+_thread_calls = threading.local()  # .at: when this thread last began a call (time.monotonic)
+
+
+def drop_broken_connections() -> None:
+    """Close this thread's database connections that failed and no longer answer (PostgreSQL
+    restarted, say), so the next query reconnects. Django checks connections only at a request's
+    start and end, in the thread that handles its signals; calls run in thread pools, whose
+    connections would otherwise stay broken until the process restarts.
+
+    A connection this thread has not used for ``IDLE_CHECK_S`` is checked before its next query
+    (Django's ``CONN_HEALTH_CHECKS``, on for PostgreSQL): a database, pooler or proxy that closes
+    idle connections would otherwise fail that query once. The pool keeps a light load on the
+    threads that finished last, so the others can sit idle for long."""
+    now = time.monotonic()
+    idle = now - getattr(_thread_calls, "at", now) >= IDLE_CHECK_S
+    _thread_calls.at = now
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None or conn.in_atomic_block:
+            continue
+        if idle:
+            conn.health_check_done = False  # its next cursor runs is_usable() first, if health checks are on
+        if not conn.errors_occurred:
+            continue
+        if conn.is_usable():
+            conn.errors_occurred = False
+        else:
+            conn.close()

@@ -35,7 +35,7 @@ from django.http import HttpResponse
 from django.urls import Resolver404, ResolverMatch, resolve, set_script_prefix
 
 from bhgbrain_site import registry, rest
-from bhgbrain_site.core import calls
+from bhgbrain_site.core import calls, pools
 from bhgbrain_site.core.errors import AuthRequired, error_for_status
 from bhgbrain_site.server import views
 from bhgbrain_site.server.security import authenticate_scope, scope_peer
@@ -114,7 +114,7 @@ async def _tool(scope: Scope, receive: Receive, send: Send, name: str) -> None:
         return
     ctx = await _caller(scope, send)
     if ctx is not None:
-        await _respond(send, *await registry.in_pool(registry.executor_for(name), views.tool_call_body, name, raw, ctx))
+        await _respond(send, *await pools.in_pool(registry.executor_for(name), views.tool_call_body, name, raw, ctx))
 
 
 async def _resource(scope: Scope, receive: Receive, send: Send) -> None:
@@ -126,7 +126,7 @@ async def _resource(scope: Scope, receive: Receive, send: Send) -> None:
         return
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
     uri = (query.get("uri") or [""])[-1]
-    await _respond(send, *await registry.in_pool(registry.READ_POOL, views.resource_body, uri, ctx))
+    await _respond(send, *await pools.in_pool(pools.READ_POOL, views.resource_body, uri, ctx))
 
 
 async def _health(scope: Scope, send: Send) -> None:

@@ -19,8 +19,8 @@ from bhgbrain_site.core.calls import FULL_ACCESS, Principal
 from bhgbrain_site.core.config import BHGBrainConfig
 from bhgbrain_site.core.errors import AuthRequired, PayloadTooLarge, RateLimited, to_envelope
 from bhgbrain_site.core.metrics import metrics
+from bhgbrain_site.core.pools import drop_broken_connections
 from bhgbrain_site.core.shared_cache import SharedCounterCache
-from bhgbrain_site.registry import drop_broken_connections
 from memories.api_tokens import known_open, principal_for
 
 logger = logging.getLogger("bhgbrain.security")

@@ -23,6 +23,7 @@ from bhgbrain_site.core.contracts import ERROR_ECHO_MAX
 from bhgbrain_site.core.errors import NotFound, PayloadTooLarge, error_for_status, to_envelope
 from bhgbrain_site.core.inputs import parse_json_body
 from bhgbrain_site.core.metrics import metrics
+from bhgbrain_site.core.pools import READ_POOL, drop_broken_connections
 from bhgbrain_site.server.health import HealthSnapshots
 from bhgbrain_site.server.security import rate_limiter
 from memories.selectors import memory_count
@@ -67,7 +68,7 @@ def health_status(snapshot: dict[str, Any]) -> int:
 
 
 def _store_health() -> dict[str, Any]:
-    registry.drop_broken_connections()  # a pool thread: after a database restart it reconnects here
+    drop_broken_connections()  # a pool thread: after a database restart it reconnects here
     return store_health()
 
 
@@ -107,7 +108,7 @@ async def tool_call(request: HttpRequest, name: str) -> HttpResponse:
 @require_GET
 async def resource(request: HttpRequest) -> HttpResponse:
     """GET /resource?uri=memory://list%3Flimit%3D5 — the MCP resources over plain HTTP."""
-    run = sync_to_async(resource_body, thread_sensitive=False, executor=registry.READ_POOL)
+    run = sync_to_async(resource_body, thread_sensitive=False, executor=READ_POOL)
     return _json(await run(request.GET.get("uri", ""), _context(request)))
 
 

@@ -7,8 +7,7 @@ from concurrent.futures import CancelledError, wait
 
 import pytest
 
-from bhgbrain_site import registry
-from bhgbrain_site.core.pools import LifoThreadPool
+from bhgbrain_site.core.pools import READ_POOL, WRITE_POOL, LifoThreadPool, in_pool
 from tests.conftest import each_thread
 
 TIMEOUT = 10
@@ -149,12 +148,12 @@ def test_the_registry_pools_run_event_loop_calls_with_the_caller_s_context():
 
     async def main() -> tuple[str, str]:
         marker.set("from the caller")
-        return await registry.in_pool(registry.READ_POOL, lambda: (marker.get(), threading.current_thread().name))
+        return await in_pool(READ_POOL, lambda: (marker.get(), threading.current_thread().name))
 
     value, thread = asyncio.run(main())
     assert value == "from the caller"
     assert thread.startswith("bhgbrain-read")
-    assert isinstance(registry.READ_POOL, LifoThreadPool) and isinstance(registry.WRITE_POOL, LifoThreadPool)
+    assert isinstance(READ_POOL, LifoThreadPool) and isinstance(WRITE_POOL, LifoThreadPool)
 
 
 def test_a_forked_child_starts_threads_of_its_own():

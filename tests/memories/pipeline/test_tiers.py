@@ -476,7 +476,8 @@ def test_explicit_tier_beats_the_bootstrap_rule() -> None:
 
 @pytest.mark.django_db
 def test_remember_an_imported_profile_memory_gives_t0(hash_embedder) -> None:  # noqa: ANN001
-    from bhgbrain_site.registry import CallContext, call_tool
+    from bhgbrain_site.core.calls import CallContext
+    from bhgbrain_site.registry import call_tool
 
     ctx = CallContext(actor="test")
     profile = call_tool("remember", {"content": "I run the platform team; standup is at 9:30 every day",
