@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bhgbrain_site import registry
+from bhgbrain_site.core import pools
 from bhgbrain_site.core.calls import CallContext, Principal
 from bhgbrain_site.core.errors import Forbidden, InvalidInput, NotFound
 from tests.conftest import remember
@@ -115,13 +116,13 @@ def test_a_connection_the_database_closed_while_idle_is_replaced_before_the_next
     listed = {"namespace": "global", "limit": 5}
     assert registry.call("memories.list", listed, CLI)["items"]
 
-    monkeypatch.setattr(registry, "IDLE_CHECK_S", 3600.0)  # not idle long enough: not checked
+    monkeypatch.setattr(pools, "IDLE_CHECK_S", 3600.0)  # not idle long enough: not checked
     _terminate_this_thread_s_backend()
     with pytest.raises(OperationalError):
         registry.call("memories.list", listed, CLI)  # what every call after an idle kill met before
     assert registry.call("memories.list", listed, CLI)["items"]  # the broken connection was dropped
 
-    monkeypatch.setattr(registry, "IDLE_CHECK_S", 0.0)  # every call now comes after "long" idleness
+    monkeypatch.setattr(pools, "IDLE_CHECK_S", 0.0)  # every call now comes after "long" idleness
     killed = _terminate_this_thread_s_backend()
     assert registry.call("memories.list", listed, CLI)["items"]
     assert connection.connection.info.backend_pid != killed
