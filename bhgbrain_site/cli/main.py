@@ -111,6 +111,7 @@ def _banner(host: str, port: int, scheduler: int | None, workers: int) -> None:
     token_env = settings.BHGBRAIN.transport.http.bearer_token_env
     auth = f"bearer token required (${token_env})" if os.environ.get(token_env) else f"no token (${token_env} unset): loopback only"
     db = settings.DATABASES["default"]
+    command = command_name()
     _err(
         "\n".join(
             [
@@ -126,9 +127,9 @@ def _banner(host: str, port: int, scheduler: int | None, workers: int) -> None:
                 f"  embeddings  {settings.BHGBRAIN.embedding.provider} ({settings.BHGBRAIN.embedding.model})",
                 f"  scheduler   {f'django-q2 cluster (pid {scheduler})' if scheduler else 'disabled (--no-scheduler)'}",
                 f"  auth        {auth}",
-                f"  admin login: {command_name()} manage createsuperuser",
+                f"  admin login: {command} manage createsuperuser",
                 "               (or non-interactive: DJANGO_SUPERUSER_USERNAME=... DJANGO_SUPERUSER_EMAIL=... "
-                f"DJANGO_SUPERUSER_PASSWORD=... {command_name()} manage createsuperuser --noinput)",
+                f"DJANGO_SUPERUSER_PASSWORD=... {command} manage createsuperuser --noinput)",
             ]
         )
     )
