@@ -113,7 +113,7 @@ class Watcher:
     """The process's one reader of the change feed, running while any peer watches something."""
 
     def __init__(self) -> None:
-        self.position: dict[str, int] | None = None
+        self.position: dict[str, Any] | None = None
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 

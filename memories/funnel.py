@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from memories import conversations
 from memories.indexes.embedded import get_vector_index
+from memories.indexes.feed_cursor import take_transaction_id
 from memories.models import AuditLog, ChangeFeedEntry, Memory, MemoryRevision
 
 logger = logging.getLogger("bhgbrain.changes")
@@ -129,8 +130,18 @@ def _audit_rows(memories: Iterable[Memory], audit_of: Callable[[Memory], Audit |
 
 
 def _feed(memory_ids: Iterable[uuid.UUID], op: str) -> None:
-    ChangeFeedEntry.objects.bulk_create((ChangeFeedEntry(memory_id=memory_id, op=op) for memory_id in memory_ids),
-                                        batch_size=2000)
+    """Append the feed rows, the transaction's id taken first (readers track it: feed_cursor)."""
+    with transaction.atomic(savepoint=False):
+        take_transaction_id()
+        ChangeFeedEntry.objects.bulk_create((ChangeFeedEntry(memory_id=memory_id, op=op) for memory_id in memory_ids),
+                                            batch_size=2000)
+
+
+def _feed_one(memory_id: uuid.UUID, op: str) -> int:
+    """One feed row as ``_feed`` appends them; its id."""
+    with transaction.atomic(savepoint=False):
+        take_transaction_id()
+        return ChangeFeedEntry.objects.create(memory_id=memory_id, op=op).pk
 
 
 def _feed_op(changed: frozenset[str] | None) -> str | None:
@@ -231,7 +242,7 @@ def save_memory(memory: Memory, *, audit: Audit | None, at: datetime, insert: bo
     op = _feed_op(changed)
     if op is None:
         return None
-    change_id = ChangeFeedEntry.objects.create(memory_id=memory.id, op=op).pk
+    change_id = _feed_one(memory.id, op)
     if sync:
         _after_commit(written=[(memory, change_id)])
     return change_id

@@ -198,7 +198,9 @@ class ChangeFeedEntry(models.Model):
     Qdrant sync and the MCP subscription watcher follow it to stay current.
 
     Written in the same transaction as the memory change, so a deletion reaches every
-    index even after a crash between the DB commit and the index update.
+    index even after a crash between the DB commit and the index update. On PostgreSQL each row
+    also carries its transaction's id (column ``tx``, not a model field: migration 0015), so a
+    reader never skips a row that commits after a later id (memories/indexes/feed_cursor.py).
     """
 
     class Op(models.TextChoices):
@@ -220,6 +222,7 @@ class VectorIndexCursor(models.Model):
 
     name = models.CharField(max_length=300, primary_key=True)
     last_change = models.BigIntegerField(default=0)
+    pending = models.JSONField(default=list, blank=True)  # transactions that may still commit rows below it (feed_cursor)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -6,7 +6,7 @@ checked the caller; the handler fills defaults and calls one service or selector
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from pydantic import Field, model_validator
@@ -274,6 +274,8 @@ def repair_(params: RepairParams, ctx: CallContext) -> dict[str, Any]:
 class ChangesParams(Input):
     change: int | None = Field(default=None, ge=0, le=2**63 - 1)  # the database's integer range
     audit: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    # Transactions that may still commit feed rows below ``change`` (memories/indexes/feed_cursor.py).
+    pending: list[Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(default_factory=list, max_length=100_000)
 
 
 @operation("changes.since", ChangesParams, whole_store=True, scoped=False, tool=False)
@@ -283,7 +285,7 @@ def changes_since(params: ChangesParams, ctx: CallContext) -> dict[str, Any]:
     transport's subscription watcher reads it, then tells each subscriber what it may see."""
     if params.change is None or params.audit is None:
         return {"position": feed.feed_position()}
-    return feed.changes_since(change=params.change, audit=params.audit)
+    return feed.changes_since(change=params.change, audit=params.audit, pending=frozenset(params.pending))
 
 
 # --------------------------------------------------------------------------- reads (REST, CLI, resources)

@@ -111,7 +111,7 @@ class InProcessIndex:
         snapshot = snapshots.read(self.snapshot_kind, self._snapshot_params(), self.snapshot_meta, self.snapshot_writable)
         if snapshot is None or not self._adopt(snapshot):
             return False
-        self._feed.resume(snapshot.position.change_id, snapshot.position.memory_id)
+        self._feed.resume(snapshot.position.change_id, snapshot.position.memory_id, snapshot.position.pending)
         self._loaded, self.loaded_from = True, "snapshot"
         self._keeper.opened(0)
         self._ready()
@@ -149,7 +149,7 @@ class InProcessIndex:
             fetched = self._fetch(ids)
             moved = expiries_of(expiries)
         except DatabaseError:
-            self._feed.rewind(changes)  # nothing applied yet: read them again next time
+            self._feed.rewind()  # nothing applied yet: read them again next time
             raise
         self._apply_fetched(ids, fetched)
         for memory_id in expiries:
@@ -171,7 +171,7 @@ class InProcessIndex:
         return self._loaded and not (self._feed.last_change and self._feed.last_memory_id is None)
 
     def _feed_position(self) -> snapshots.FeedPosition:
-        return snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id)
+        return snapshots.FeedPosition(self._feed.last_change, self._feed.last_memory_id, self._feed.pending)
 
     def _snapshot_when_due(self) -> None:
         """Start the background snapshot write if enough changed (lock held: every search asks)."""

@@ -19,6 +19,7 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from memories.indexes.feed_cursor import NO_PENDING, has_news, read_after, start_position
 from memories.indexes.vectors import until_of
 from memories.models import AuditLog, ChangeFeedEntry, Memory, VectorIndexCursor
 
@@ -35,16 +36,6 @@ def needs_reload(changes: list[tuple[int, uuid.UUID, str]], caught_up_at: float)
     if time.monotonic() - caught_up_at > RELOAD_AFTER_IDLE:
         return True
     return len(changes) > RELOAD_AFTER_CHANGES or any(op == ChangeFeedEntry.Op.RESET for _, _, op in changes)
-
-
-def _any_after(change_id: int) -> bool:
-    """Whether the feed holds a row after ``change_id``: one indexed probe in plain SQL (every
-    search of both in-process indexes asks this first; building the ORM query was 130 µs of the
-    140 it took, the probe takes 12)."""
-    table = connection.ops.quote_name(ChangeFeedEntry._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT 1 FROM {table} WHERE id > %s LIMIT 1", [change_id])  # noqa: S608 - the model's own table name
-        return cursor.fetchone() is not None
 
 
 def split_expiries(changes: list[tuple[int, uuid.UUID, str]],
@@ -89,52 +80,51 @@ def raw_datetime(value: datetime | str | None) -> datetime | None:
     return parsed if parsed is None or parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _rows_after(change_id: int) -> list[tuple[int, uuid.UUID, str]]:
-    """The feed rows after ``change_id``, oldest first, in plain SQL like ``_any_after``: the
-    ORM's query building was most of a catch-up of a few rows (every index, every flush)."""
-    table = connection.ops.quote_name(ChangeFeedEntry._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id, memory_id, op FROM {table} WHERE id > %s ORDER BY id", [change_id])  # noqa: S608 - the model's own table name
-        return [(row_id, raw_uuid(memory_id), op) for row_id, memory_id, op in cursor.fetchall()]
-
-
 class FeedReader:
-    """One in-process index's position in the change feed."""
+    """One in-process index's position in the change feed: the last row read, and the
+    transactions that may still commit rows below it (memories/indexes/feed_cursor.py)."""
 
     def __init__(self) -> None:
         self.last_change = 0
         self.last_memory_id: str | None = None  # of the row at last_change (None: unknown or no row)
+        self.pending: frozenset[int] = NO_PENDING
         self.caught_up_at = time.monotonic()
+        self._before: tuple[int, str | None, frozenset[int]] | None = None
 
     def start(self) -> None:
-        """At a full load: everything up to the newest row is in."""
-        newest = ChangeFeedEntry.objects.order_by("-id").values_list("id", "memory_id").first()
-        self.last_change, self.last_memory_id = (newest[0], str(newest[1])) if newest else (0, None)
+        """At a full load: everything up to the newest row is in, but for transactions still running."""
+        self.last_change, self.last_memory_id, self.pending = start_position()
         self.caught_up_at = time.monotonic()
 
-    def resume(self, change_id: int, memory_id: str | None) -> None:
+    def resume(self, change_id: int, memory_id: str | None, pending: frozenset[int] = NO_PENDING) -> None:
         """At a snapshot's position (checked against the feed by the caller): the tail comes next."""
-        self.last_change, self.last_memory_id = change_id, memory_id
+        self.last_change, self.last_memory_id, self.pending = change_id, memory_id, pending
         self.caught_up_at = time.monotonic()
 
     def read(self) -> list[tuple[int, uuid.UUID, str]] | None:
-        """The rows since the last read, or None when the reader must reload everything."""
-        if not _any_after(self.last_change):
+        """The rows since the last read (late commits included), or None when the reader must
+        reload everything."""
+        found, self.pending = has_news(self.last_change, self.pending)
+        if not found:
             self.caught_up_at = time.monotonic()
             return []
-        changes = _rows_after(self.last_change)
+        read = read_after(self.last_change, self.pending)
+        changes = read.rows
         caught_up_at, self.caught_up_at = self.caught_up_at, time.monotonic()
         if changes and needs_reload(changes, caught_up_at):
             return None
-        if changes:
-            self.last_change, self.last_memory_id = changes[-1][0], str(changes[-1][1])
+        self._before = (self.last_change, self.last_memory_id, self.pending)
+        newest = changes[-1] if changes else None
+        if newest is not None and newest[0] > self.last_change:
+            self.last_change, self.last_memory_id = newest[0], str(newest[1])
+        self.pending = read.pending
         return changes
 
-    def rewind(self, changes: list[tuple[int, uuid.UUID, str]]) -> None:
-        """Read ``changes`` (the last read) again next time: applying them failed."""
-        if changes:
-            self.last_change = min(self.last_change, changes[0][0] - 1)
-            self.last_memory_id = None  # that row's id was not read
+    def rewind(self) -> None:
+        """Read the last read's rows again next time: applying them failed."""
+        if self._before is not None:
+            self.last_change, self.last_memory_id, self.pending = self._before
+            self._before = None
 
 
 @contextlib.contextmanager
@@ -169,10 +159,10 @@ CATEGORY_OPERATIONS = ("CATEGORY_SET", "CATEGORY_DELETE")  # the audit rows of c
 WATCH_BATCH = 1000  # feed rows a watcher reads at a time
 
 
-def feed_position() -> dict[str, int]:
+def feed_position() -> dict[str, Any]:
     """Where the change feed and the audit log end now: a watcher starts from here."""
-    return {"change": ChangeFeedEntry.objects.aggregate(last=Max("id"))["last"] or 0,
-            "audit": AuditLog.objects.aggregate(last=Max("id"))["last"] or 0}
+    change, _, pending = start_position()
+    return {"change": change, "pending": sorted(pending), "audit": AuditLog.objects.aggregate(last=Max("id"))["last"] or 0}
 
 
 def _where(memory_ids: set[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str | None]]:
@@ -188,12 +178,14 @@ def _where(memory_ids: set[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str | None]
     return found
 
 
-def changes_since(*, change: int, audit: int) -> dict[str, Any]:
+def changes_since(*, change: int, audit: int, pending: frozenset[int] = NO_PENDING) -> dict[str, Any]:
     """What changed after a position (``feed_position``): each memory changed (id, namespace,
     collection, op; namespace None when nothing tells it any more), each category written or
     deleted (namespace, name), whether the whole store was replaced (``reset``), and the new
-    position. Reads at most WATCH_BATCH feed rows; ``more`` says whether to read again."""
-    rows = list(ChangeFeedEntry.objects.filter(id__gt=change).order_by("id").values_list("id", "memory_id", "op")[:WATCH_BATCH])
+    position. Reads at most WATCH_BATCH feed rows after it (and the late commits of ``pending``
+    transactions); ``more`` says whether to read again."""
+    read = read_after(change, pending, WATCH_BATCH)
+    rows = read.rows
     last_audit = AuditLog.objects.aggregate(last=Max("id"))["last"] or audit
     category_rows = (AuditLog.objects.filter(id__gt=audit, id__lte=last_audit, operation__in=CATEGORY_OPERATIONS)
                      .order_by("id").values_list("namespace", "details"))
@@ -204,8 +196,8 @@ def changes_since(*, change: int, audit: int) -> dict[str, Any]:
                       "collection": where.get(memory_id, (None, None))[1], "op": op} for memory_id, op in changed.items()],
         "categories": [{"namespace": namespace, "name": (details or {}).get("name")} for namespace, details in category_rows],
         "reset": any(op == ChangeFeedEntry.Op.RESET for _, _, op in rows),
-        "position": {"change": rows[-1][0] if rows else change, "audit": last_audit},
-        "more": len(rows) == WATCH_BATCH,
+        "position": {"change": read.position_after(change), "pending": sorted(read.pending), "audit": last_audit},
+        "more": sum(1 for row in rows if row[0] > change) == WATCH_BATCH,
     }
 
 

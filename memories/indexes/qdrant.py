@@ -32,6 +32,7 @@ from memories.conversations import contexts
 from memories.embeddings import from_bytes
 from memories.indexes import sparse
 from memories.indexes.feed import split_expiries
+from memories.indexes.feed_cursor import has_news, read_after
 from memories.indexes.qdrant_collections import QdrantCollections
 from memories.indexes.qdrant_points import (
     collection_name,
@@ -202,11 +203,13 @@ class QdrantVectorIndex:
 
     def _pending(self) -> bool:
         """Feed rows this store has not pushed yet (one indexed query)."""
-        done = VectorIndexCursor.objects.filter(name=f"qdrant:{self.location}").values_list("last_change", flat=True).first()
-        return ChangeFeedEntry.objects.filter(id__gt=done or 0).exists()
+        cursor = VectorIndexCursor.objects.filter(name=f"qdrant:{self.location}").values_list("last_change", "pending").first()
+        last, pending = cursor if cursor is not None else (0, [])
+        return has_news(last or 0, frozenset(pending or ()))[0]
 
     def sync(self) -> int:
-        """Apply the change feed after this store's cursor; returns the rows applied."""
+        """Apply the change feed after this store's cursor (and the rows that committed late below
+        it: memories/indexes/feed_cursor.py); returns the rows applied."""
         applied = 0
         with self._lock, _sync_lock(self.location):
             if not self._upgraded:
@@ -214,20 +217,27 @@ class QdrantVectorIndex:
                 self._upgraded = True
             cursor, _ = VectorIndexCursor.objects.get_or_create(name=f"qdrant:{self.location}")
             while True:
-                changes = list(ChangeFeedEntry.objects.filter(id__gt=cursor.last_change).order_by("id")
-                               .values_list("id", "memory_id", "op")[:SYNC_BATCH])
-                if not changes:
-                    return applied
-                reset = any(op == ChangeFeedEntry.Op.RESET for _, _, op in changes)
-                whole, expiries = split_expiries([change for change in changes if change[2] != ChangeFeedEntry.Op.RESET])
-                if reset:
-                    whole, expiries = whole | expiries, set()
-                whole |= self._push_expiries(expiries)
-                if whole or reset:
-                    self.push(whole, reset)
-                cursor.last_change = changes[-1][0]
-                cursor.save(update_fields=["last_change", "updated_at"])
+                before = cursor.last_change
+                read = read_after(before, frozenset(cursor.pending or ()), SYNC_BATCH)
+                changes = read.rows
+                if changes:
+                    self._apply(changes)
+                if changes or sorted(read.pending) != sorted(cursor.pending or ()):
+                    cursor.last_change, cursor.pending = read.position_after(before), sorted(read.pending)
+                    cursor.save(update_fields=["last_change", "pending", "updated_at"])
                 applied += len(changes)
+                if sum(1 for change in changes if change[0] > before) < SYNC_BATCH:  # the last batch
+                    return applied
+
+    def _apply(self, changes: list[tuple[int, uuid.UUID, str]]) -> None:
+        """Push what a batch of feed rows changed (a reset: every live memory again)."""
+        reset = any(op == ChangeFeedEntry.Op.RESET for _, _, op in changes)
+        whole, expiries = split_expiries([change for change in changes if change[2] != ChangeFeedEntry.Op.RESET])
+        if reset:
+            whole, expiries = whole | expiries, set()
+        whole |= self._push_expiries(expiries)
+        if whole or reset:
+            self.push(whole, reset)
 
     # ------------------------------------------------------------------ reads
 

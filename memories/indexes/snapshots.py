@@ -63,6 +63,7 @@ class FeedPosition:
 
     change_id: int
     memory_id: str | None
+    pending: frozenset[int] = frozenset()  # transactions that may still commit rows below it (feed_cursor)
 
 
 @dataclass
@@ -201,7 +202,8 @@ def write(root: Path, name: str, capture: Capture, birth: str) -> bool:
             capture.written(final)
         manifest = {
             "format": FORMAT_VERSION, "meta": capture.meta, "directory": final.name, "files": files,
-            "position": {"change_id": capture.position.change_id, "memory_id": capture.position.memory_id},
+            "position": {"change_id": capture.position.change_id, "memory_id": capture.position.memory_id,
+                         "pending": sorted(capture.position.pending)},
             "captured_at": time.time(), "store_birth": birth,
         }
         staged = root / f"{name}.json.{token}.tmp"
@@ -294,7 +296,8 @@ def _open(root: Path, name: str, expect: dict[str, Any], required: tuple[str, ..
     position = manifest.get("position", {})
     _check_position(FeedPosition(int(position.get("change_id", -1)), position.get("memory_id")),
                     float(manifest.get("captured_at", 0.0)), str(manifest.get("store_birth")))
-    return Capture(arrays, texts, manifest["meta"], FeedPosition(int(position["change_id"]), position.get("memory_id")),
+    pending = frozenset(int(xid) for xid in position.get("pending", ()))
+    return Capture(arrays, texts, manifest["meta"], FeedPosition(int(position["change_id"]), position.get("memory_id"), pending),
                    paths=paths, folder=folder)
 
 
