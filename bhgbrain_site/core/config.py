@@ -53,6 +53,8 @@ class EmbeddingConfig(_Strict):
     base_url: str | None = None
     # CPU threads of the local model per call; None = the CPUs this process may use, at most 4.
     threads: int | None = Field(default=None, ge=1, le=64)
+    # Passages queued together (concurrent writes) embedded in one call of the local model, at most this many.
+    batch_max: int = Field(default=4, ge=1, le=64)
 
 
 class QdrantConfig(_Strict):

@@ -126,3 +126,57 @@ def test_the_model_thread_reports_its_busy_and_waiting_time_to_metrics() -> None
     ModelThread("test-model").run(ModelThread.QUERY, lambda: time.sleep(0.05))
     assert seconds() - before >= 0.05
     assert 'bhgbrain_embedding_wait_seconds_count{kind="query"}' in generate_latest(metrics.registry).decode()
+
+
+def _batching_model(batch_max: int) -> tuple[ModelThread, list[list[str]], threading.Event]:
+    """A model thread kept busy by one passage until the event is set, and a record of each batch run."""
+    model = ModelThread("test-batches", batch_max)
+    release, running = threading.Event(), threading.Event()
+    threading.Thread(target=model.run, args=(ModelThread.PASSAGE, lambda: (running.set(), release.wait(10))),
+                     daemon=True).start()
+    assert running.wait(10)
+    return model, [], release
+
+
+def test_passages_queued_together_run_as_one_batch_of_similar_lengths_and_queries_go_first() -> None:
+    model, batches, release = _batching_model(3)
+
+    def run_many(texts: list[str]) -> list[str]:
+        batches.append(list(texts))
+        return [text.upper() for text in texts]
+
+    def passage(text: str):  # noqa: ANN202
+        return model.submit(ModelThread.PASSAGE, lambda: run_many([text])[0],
+                            embeddings.Batchable(run_many, text, len(text)))
+
+    futures = [passage(text) for text in ("aaaa", "bbbb", "cccc", "dddd", "a much longer passage than the others")]
+    query = model.submit(ModelThread.QUERY, lambda: batches.append(["query"]) or "q")
+    release.set()
+    assert [f.result(10) for f in futures] == ["AAAA", "BBBB", "CCCC", "DDDD", "A MUCH LONGER PASSAGE THAN THE OTHERS"]
+    assert query.result(10) == "q"
+    # the query first; then at most three passages a batch; the long one is not padded into theirs
+    assert batches == [["query"], ["aaaa", "bbbb", "cccc"], ["dddd"], ["a much longer passage than the others"]]
+
+
+def test_a_failing_batch_reaches_every_caller_in_it() -> None:
+    model, _, release = _batching_model(4)
+
+    def run_many(texts: list[str]) -> list[str]:
+        raise RuntimeError("engine failure")
+
+    futures = [model.submit(ModelThread.PASSAGE, lambda: "never", embeddings.Batchable(run_many, t, 4)) for t in ("abcd", "efgh")]
+    release.set()
+    for future in futures:
+        with pytest.raises(RuntimeError, match="engine failure"):
+            future.result(10)
+    assert model.run(ModelThread.QUERY, lambda: "still serving") == "still serving"
+
+
+def test_batched_passages_embed_exactly_as_single_ones() -> None:
+    from bhgbrain_site.core.config import EmbeddingConfig
+
+    texts = ["The billing service moved to Kubernetes in March", "Alice prefers tea over coffee in the morning",
+             "我们把网关从 Kong 换成了 Envoy", "Deploys happen on Tuesdays after the standup", "The report is due on Friday"]
+    single = embeddings.LocalE5Embedder(EmbeddingConfig(batch_max=1)).embed_passages(texts)
+    batched = embeddings.LocalE5Embedder(EmbeddingConfig(batch_max=4)).embed_passages(texts)
+    np.testing.assert_allclose(batched, single, atol=1e-5)
