@@ -149,15 +149,36 @@ def _shared_state(workers: int) -> str:
 
 
 def _start_scheduler() -> subprocess.Popen[bytes]:
-    """django-q2's cluster under bhgbrain_site.server.scheduler_keeper, which ends the cluster's whole process
-    group (workers included) when this server stops or dies; logs go to stderr. One cluster per
-    server, however many HTTP workers it has."""
+    """django-q2's cluster (bhgbrain_site.server.qcluster) under bhgbrain_site.server.scheduler_keeper, which
+    ends the cluster's whole process group (workers included) when this server stops or dies; logs go
+    to stderr. One cluster per server, however many HTTP workers it has."""
     from bhgbrain_site.server.schedules import register_schedules
 
     register_schedules()
-    command = [sys.executable, "-m", "bhgbrain_site.server.scheduler_keeper", "--", sys.executable, "-m", "django", "qcluster"]
+    command = [sys.executable, "-m", "bhgbrain_site.server.scheduler_keeper", "--",
+               sys.executable, "-m", "bhgbrain_site.server.qcluster"]
     env = {k: v for k, v in os.environ.items() if k != MULTIPROC_ENV}
     return subprocess.Popen(command, stdout=sys.stderr, env=env)
+
+
+def _stop_scheduler(keeper: subprocess.Popen[bytes]) -> None:
+    """Ask the keeper to stop the cluster; SIGKILL it if it has not within its grace (the cluster's
+    processes then die with it, by their parent-death signal). A second Ctrl-C or SIGTERM meanwhile
+    is ignored: it would only cut this bounded wait short and leave the keeper behind."""
+    from bhgbrain_site.server.scheduler_keeper import GRACE_SECONDS
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    keeper.send_signal(signal.SIGTERM)
+    try:
+        keeper.wait(timeout=GRACE_SECONDS + KEEPER_EXIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        keeper.kill()
+        keeper.wait()
+
+
+KEEPER_EXIT_SECONDS = 0.5  # for the keeper itself to exit after its grace (a loaded machine)
+HTTP_STOP_SECONDS = 5  # in-flight requests finish within this, then they are cancelled (uvicorn)
 
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -344,16 +365,14 @@ def cmd_server_start(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         uvicorn.run("bhgbrain_site.cli.main:worker_application", factory=True, host=host, port=port, workers=workers,
-                    log_level="warning", lifespan="on", loop=_http_loop(workers))
+                    log_level="warning", lifespan="on", loop=_http_loop(workers), timeout_graceful_shutdown=HTTP_STOP_SECONDS)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C: uvicorn has stopped and raised it again; stop like on SIGTERM
     finally:
+        if scheduler is not None:
+            _stop_scheduler(scheduler)
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
-        if scheduler is not None:
-            scheduler.send_signal(signal.SIGTERM)
-            try:
-                scheduler.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                scheduler.kill()
     return 0
 
 

@@ -1,44 +1,73 @@
 """The scheduler's keeper: runs django-q2's cluster in its own process group and ends the whole
-group (cluster, sentinel, workers, pusher, monitor) when the server stops or dies.
+group (cluster leader, sentinel, worker, pusher, monitor) when the server stops or dies, within
+``GRACE_SECONDS``: well inside the 2 s a process manager gives before its SIGKILL.
 
 ``python -m bhgbrain_site.server.scheduler_keeper <command...>``. The server is this process's parent:
 
-- on SIGTERM/SIGINT (the server stopping, or Linux's parent-death signal when the server is
-  killed, even by SIGKILL), or when the parent disappears (the portable check, once a second),
-  it asks the group to stop with SIGTERM, waits ``GRACE_SECONDS`` for a running job to finish,
-  then SIGKILLs the group;
-- if the cluster exits on its own, it exits with the cluster's code.
+- on SIGTERM/SIGINT (the server stopping, a signal to the server's process group, or Linux's
+  parent-death signal when the server is killed, even by SIGKILL), or when the parent disappears
+  (the portable check, every ``POLL_SECONDS``), it asks the command (the group's leader) to stop
+  with SIGTERM, waits up to ``GRACE_SECONDS`` for the group to go, then SIGKILLs the group;
+- the command gets SIGKILL from Linux if this keeper dies (PR_SET_PDEATHSIG, armed before it
+  starts), so a keeper SIGKILLed in the middle of its grace leaves nothing behind;
+- if the command exits on its own, the keeper exits with its code.
 
-A graceful django-q2 stop waits for the task a worker is running (the first ``vector_sync``
-can take several seconds on a loaded machine): the grace bounds that wait, so nothing outlives
-the server by more than a few seconds. An interrupted job is retried by django-q2 (its task
-stays queued) and every job here is transactional, so a kill loses no data.
+The cluster's own stop (``bhgbrain_site.server.qcluster``) ends within a shorter deadline than
+this grace. A job cut short is retried by django-q2 (its task is acknowledged only when it
+finishes) and every job here commits in transactions, so a kill loses no data.
 
 Standard library only: it must start fast and never import Django.
 """
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
-GRACE_SECONDS = 8.0
-POLL_SECONDS = 0.2
+GRACE_SECONDS = 1.2
+POLL_SECONDS = 0.1
+PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """Linux: SIGTERM to this process when its parent dies, however it dies (PR_SET_PDEATHSIG);
-    at once if the parent died before the signal was armed. Used by the keeper and by every
-    spawned server worker."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl on Linux (resolved once, before any fork: a forked child must not load libraries)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
 
-        parent = os.getppid()
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGTERM)
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def die_with_parent(signum: int = signal.SIGTERM, parent: int | None = None) -> None:
+    """Linux: ``signum`` to this process when its parent dies, however it dies (PR_SET_PDEATHSIG);
+    at once if the parent (``parent``, default: the current one) is already gone. The keeper and
+    every spawned server worker take SIGTERM (they stop in order); the cluster's processes SIGKILL."""
+    prctl = _prctl()
+    if prctl is None:
+        return
+    parent = os.getppid() if parent is None else parent
+    prctl(PR_SET_PDEATHSIG, signum)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signum)
+
+
+def forks_die_with_parent(signum: int = signal.SIGKILL) -> None:
+    """Linux: every process forked from now on, here or in a forked child (multiprocessing's fork
+    context: django-q2's sentinel, worker, pusher, monitor), gets ``signum`` when the process that
+    forked it dies."""
+    if _prctl() is None:
+        return
+    forker = [os.getpid()]
+
+    def before() -> None:
+        forker[0] = os.getpid()
+
+    os.register_at_fork(before=before, after_in_child=lambda: die_with_parent(signum, parent=forker[0]))
 
 
 def _group_alive(pgid: int) -> bool:
@@ -59,9 +88,11 @@ def _signal_group(pgid: int, signum: int) -> None:
 
 
 def stop_group(child: subprocess.Popen[bytes], grace: float = GRACE_SECONDS) -> None:
-    """SIGTERM the child's group, wait up to ``grace`` seconds, then SIGKILL what is left."""
+    """SIGTERM the child (its group's leader), wait up to ``grace`` seconds for the whole group
+    to go, then SIGKILL what is left of the group."""
     pgid = child.pid
-    _signal_group(pgid, signal.SIGTERM)
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         child.poll()  # reap the leader so it does not linger as a zombie
@@ -83,7 +114,9 @@ def supervise(command: list[str]) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     die_with_parent()  # a server already gone sends SIGTERM at once: request_stop runs
-    child = subprocess.Popen(command, start_new_session=True)
+    # preexec_fn runs in the child between fork and exec; safe here: the keeper has one thread.
+    child = subprocess.Popen(command, start_new_session=True,
+                             preexec_fn=functools.partial(die_with_parent, signal.SIGKILL, parent=os.getpid()))
     while not stopping:
         code = child.poll()
         if code is not None:
