@@ -86,6 +86,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="sentences the preloaded memories are made of (embedded once, cached in bench/results)")
     parser.add_argument("--database-url", default=None, help="postgres://… (default: SQLite in a temp dir)")
     parser.add_argument("--no-scheduler", action="store_true", help="start the server without its scheduler")
+    parser.add_argument("--workers", type=int, default=1, help="server worker processes; default 1")
+    parser.add_argument("--embedding-batch", type=int, default=None,
+                        help="the server's embedding.batch_max (default: the config's own default)")
     parser.add_argument("--embed-seconds", type=float, default=10.0, help="how long to time the model alone")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary store (its path is printed)")
@@ -450,7 +453,8 @@ def report(result: dict[str, Any]) -> None:
     print(f"load average before / after: {result['load_before']} / {result['load_after']}")
     print(f"store: {result['size']} memories preloaded in {result['namespaces']} namespaces ({result['database']}); "
           f"{result['clients']} clients ({result['mcp_clients']} MCP, {result['clients'] - result['mcp_clients']} HTTP) "
-          f"for {result['elapsed_s']:.0f} s, {result['mix']} mix; scheduler {'on' if result['scheduler'] else 'off'}")
+          f"for {result['elapsed_s']:.0f} s, {result['mix']} mix; scheduler {'on' if result['scheduler'] else 'off'}; "
+          f"{result['workers']} worker(s); embedding.batch_max {result['embedding_batch'] or 'default'}")
     print(f"\nthroughput: {result['ops_per_s']:.1f} operations/s ({result['operations']} in {result['elapsed_s']:.1f} s); "
           f"errors: {sum(result['errors'].values())}")
     print(f"embedding model alone ({ceiling['threads']:.0f} threads, mean of before and after the run): "
@@ -495,6 +499,10 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
     for name in ("httpx", "httpx2", "mcp"):
         logging.getLogger(name).setLevel(logging.WARNING)  # not a line per request
     rng, sentences, namespaces = preload_store(home, args, metrics=True)  # metrics: the model's busy time
+    if args.embedding_batch is not None:
+        config = json.loads((home / "config.json").read_text())
+        config.setdefault("embedding", {})["batch_max"] = args.embedding_batch
+        (home / "config.json").write_text(json.dumps(config))
     fresh_sentences = lat.make_sentences(1500, random.Random(args.seed + 1), exclude=sentences)
     questions = lat.make_questions(5000, rng)  # mostly distinct: a query cache must not flatter the numbers
     ceiling_before = embedding_ceiling(fresh_sentences, args.embed_seconds)
@@ -505,7 +513,7 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
     ledger = Ledger()
     workload = Workload(fresh_sentences, questions, ledger, args.seed, MIXES[args.mix])
     load_before = load_average()
-    proc, url = start_server(home, 1, env, scheduler=not args.no_scheduler)
+    proc, url = start_server(home, args.workers, env, scheduler=not args.no_scheduler)
     try:
         with httpx.Client(base_url=url, timeout=120) as warm:  # load both indexes before the clock starts
             for namespace in namespaces:
@@ -527,7 +535,7 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
     return {
         "machine": lat.machine_info(), "revision": lat.product_revision(), "database": lat.database_description(),
         "mix": args.mix, "size": args.size, "namespaces": len(namespaces), "clients": args.clients, "mcp_clients": outcome["mcp_clients"],
-        "scheduler": not args.no_scheduler, "elapsed_s": outcome["elapsed_s"], "operations": ledger.operations,
+        "scheduler": not args.no_scheduler, "workers": args.workers, "embedding_batch": args.embedding_batch, "elapsed_s": outcome["elapsed_s"], "operations": ledger.operations,
         "ops_per_s": ops_per_s, "errors": dict(ledger.errors), "embedding": ceiling,
         "ratio": ops_per_s / ceiling["passages_per_s"], "model_busy_s": model_busy, "per_operation": rows, "reads": reads, "writes": writes,
         "rss_mib": outcome["rss_mib"], "load_before": load_before, "load_after": load_after, "audit": audit,

@@ -54,7 +54,9 @@ class EmbeddingConfig(_Strict):
     # CPU threads of the local model per call; None = the CPUs this process may use, at most 4.
     threads: int | None = Field(default=None, ge=1, le=64)
     # Passages queued together (concurrent writes) embedded in one call of the local model, at most this many.
-    batch_max: int = Field(default=4, ge=1, le=64)
+    # 1 (off) by default: batches of 4 gave +13 % operations/s but a query waits for a whole batch
+    # (read p95 98 → 241 ms under bench/load.py's 16 clients); see docs/performance.md.
+    batch_max: int = Field(default=1, ge=1, le=64)
 
 
 class QdrantConfig(_Strict):
