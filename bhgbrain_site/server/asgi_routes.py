@@ -114,7 +114,8 @@ async def _tool(scope: Scope, receive: Receive, send: Send, name: str) -> None:
         return
     ctx = await _caller(scope, send)
     if ctx is not None:
-        await _respond(send, *await pools.in_pool(registry.executor_for(name), views.tool_call_body, name, raw, ctx))
+        status, body = await pools.in_pool(registry.executor_for(name), views.tool_call_body, name, raw, ctx)
+        await _respond(send, status, body, headers=[*_HEADERS, *views.retry_after_headers(status, body)])
 
 
 async def _resource(scope: Scope, receive: Receive, send: Send) -> None:

@@ -45,6 +45,14 @@ def encoded_error(exc: BaseException) -> tuple[int, bytes]:
     return status, encode(body)
 
 
+def retry_after_headers(status: int, body: bytes) -> list[tuple[bytes, bytes]]:
+    """``Retry-After`` for a 429 whose envelope says when to retry (a token's write rate)."""
+    if status != 429:
+        return []
+    seconds = json.loads(body).get("error", {}).get("retry_after")
+    return [(b"retry-after", str(seconds).encode())] if isinstance(seconds, int) else []
+
+
 def tool_call_body(name: str, raw: bytes, ctx: CallContext) -> tuple[int, bytes]:
     """POST /tool/<name> with this raw body: (status, JSON bytes), the envelope on any failure.
     Runs in a registry pool thread (it parses, calls and encodes off the event loop)."""
@@ -90,7 +98,10 @@ def _context(request: HttpRequest) -> CallContext:
 
 def _json(status_and_body: tuple[int, bytes]) -> HttpResponse:
     status, body = status_and_body
-    return HttpResponse(body, status=status, content_type="application/json")
+    response = HttpResponse(body, status=status, content_type="application/json")
+    for name, value in retry_after_headers(status, body):
+        response[name.decode()] = value.decode()
+    return response
 
 
 @csrf_exempt
