@@ -3,10 +3,13 @@ of namespaces not listed, an admin row over the config, updates that add nothing
 expired memories, and the counts the database keeps."""
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from bhgbrain_site import registry
@@ -228,3 +231,45 @@ def test_lost_triggers_are_made_again_with_the_counts(hash_embedder) -> None:
     assert usage.triggers_present() == set(usage.TRIGGERS)
     assert _kept_counts() == _true_counts() == {"alpha": {"T0": 0, "T1": 0, "T2": 3, "T3": 0}}
     assert usage.install_triggers() is False
+
+
+# --------------------------------------------------------------------------- two writers at limit - 1
+
+
+def _first_writer(admitted: threading.Event, release: threading.Event) -> None:
+    """Insert the namespace's last allowed memory and hold the transaction open until released."""
+    try:
+        with transaction.atomic():
+            remember("race: the last memory that fits", namespace="race")
+            admitted.set()
+            assert release.wait(timeout=30)
+    finally:
+        connections.close_all()
+
+
+def _second_writer() -> str:
+    try:
+        return remember("race: a second writer at the same moment", namespace="race").operation
+    except QuotaExceeded as exc:
+        return exc.code
+    finally:
+        connections.close_all()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_writer_at_limit_minus_one_waits_for_the_first_and_is_refused(hash_embedder, bhg_config) -> None:
+    """Without the lock both would read "one place left": the second must wait for the first to
+    commit (PostgreSQL: the namespace's advisory lock; SQLite: BEGIN IMMEDIATE) and then see it."""
+    _quota(bhg_config, "race", max_memories=2)
+    _fill("race", 1)
+    admitted, release = threading.Event(), threading.Event()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(_first_writer, admitted, release)
+        assert admitted.wait(timeout=30)
+        second = pool.submit(_second_writer)
+        time.sleep(1.0)
+        assert not second.done()  # waiting for the first writer's transaction
+        release.set()
+        first.result(timeout=30)
+        assert second.result(timeout=30) == "QUOTA_EXCEEDED"
+    assert Memory.objects.filter(namespace="race").count() == 2
