@@ -124,13 +124,17 @@ def _insert_once(namespace: str) -> Callable[[], None]:
     return _in_transaction(run)
 
 
-def _trigger_cost(rounds: int) -> dict[str, float]:
+def _trigger_cost(rounds: int, blocks: int = 8) -> dict[str, float]:
+    """With and without the triggers, in alternating blocks (a shared host's speed drifts)."""
     from memories.quotas import usage
 
-    with_triggers = _timed(_insert_once("inserts"), rounds)
-    usage.remove_triggers()
-    without = _timed(_insert_once("inserts"), rounds)
-    usage.install_triggers()
+    with_triggers: list[float] = []
+    without: list[float] = []
+    for _ in range(blocks):
+        with_triggers += _timed(_insert_once("inserts"), rounds // blocks)
+        usage.remove_triggers()
+        without += _timed(_insert_once("inserts"), rounds // blocks)
+        usage.install_triggers()
     return _summary(with_triggers, without)
 
 
