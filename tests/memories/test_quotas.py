@@ -273,3 +273,22 @@ def test_a_second_writer_at_limit_minus_one_waits_for_the_first_and_is_refused(h
         first.result(timeout=30)
         assert second.result(timeout=30) == "QUOTA_EXCEEDED"
     assert Memory.objects.filter(namespace="race").count() == 2
+
+
+def test_only_the_master_token_sets_a_quota_and_only_named_values_change(bhg_config) -> None:
+    from bhgbrain_site.core.calls import Principal
+    from bhgbrain_site.core.errors import Forbidden, InvalidInput
+
+    _quota(bhg_config, "alpha", max_memories=50, tier_budgets={"T3": 5}, on_quota_exceeded="trim")
+    scoped = CallContext(actor="agent", principal=Principal(name="agent", namespaces=frozenset({"alpha"})))
+    with pytest.raises(Forbidden):
+        registry.call("namespaces.set_quota", {"namespace": "alpha", "max_memories": 10_000}, scoped)
+    assert registry.call("namespaces.quota", {}, scoped)["total"]["limit"] == 50  # it may read its own
+    changed = registry.call("namespaces.set_quota", {"namespace": "alpha", "tier_budgets": {"T2": 7}}, CTX)
+    assert (changed["total"]["limit"], changed["on_quota_exceeded"], changed["source"]) == (50, "trim", "admin")
+    assert changed["tiers"]["T2"]["limit"] == 7 and changed["tiers"]["T3"]["limit"] == 5
+    with pytest.raises(InvalidInput):
+        registry.call("namespaces.set_quota", {"namespace": "alpha", "max_memories": 0}, CTX)
+    cleared = registry.call("namespaces.set_quota", {"namespace": "alpha", "max_memories": None}, CTX)
+    assert cleared["total"]["limit"] is None
+    assert registry.call("namespaces.set_quota", {"namespace": "alpha", "reset": True}, CTX)["source"] == "config"
