@@ -8,8 +8,8 @@ The registry imports every installed app's ``operations`` module on first use.
 :func:`call` is the one path an operation runs by, whichever interface asked: MCP
 (tools and resources), ``POST /tool/<name>``, ``GET /resource``, the REST viewsets and the
 CLI. It validates the arguments (JSON bodies strictly typed; query strings coerced), checks
-the caller's principal (namespaces, read-only, whole store), pins the namespace of a scoped
-caller so services filter by it, and records the call's metrics. Operations marked
+the caller's principal (namespaces, read-only, whole store, write rate), pins the namespace of
+a scoped caller so services filter by it, and records the call's metrics. Operations marked
 ``tool`` are the seed's MCP tools; the others are reached only through the REST and CLI
 adapters that name them.
 """
@@ -32,6 +32,7 @@ from bhgbrain_site.core.errors import DomainError, Forbidden, InvalidInput, NotF
 from bhgbrain_site.core.inputs import check_storable
 from bhgbrain_site.core.metrics import metrics
 from bhgbrain_site.core.pools import READ_POOL, WRITE_POOL, drop_broken_connections
+from bhgbrain_site.core.write_rate import write_admit
 
 T = TypeVar("T")
 
@@ -207,12 +208,17 @@ def _parse(model: type[BaseModel], arguments: Any, coerce: bool) -> BaseModel:
 
 
 def _scoped(op: Operation, params: BaseModel, principal: Principal) -> BaseModel:
-    """Check the caller may use the call's namespace; pin it so services filter by it."""
+    """Check the caller may use the call's namespace; pin it so services filter by it; count a
+    writing call against the caller's write rate (a scoped token's ``write_rate_per_minute``)."""
     if op.whole_store and principal.namespaces is not None:
         raise Forbidden(f"The {op.name} tool acts on every namespace: it needs the master token")
     if not op.scoped:
         return params
-    return _pinned(params, principal, writes=op.writes(params))
+    writes = op.writes(params)
+    pinned = _pinned(params, principal, writes=writes)
+    if writes:
+        write_admit(principal)
+    return pinned
 
 
 def _pinned(params: BaseModel, principal: Principal, *, writes: bool) -> BaseModel:

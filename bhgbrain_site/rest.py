@@ -43,7 +43,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, exceptions.APIException):
         exc = error_for_status(exc.status_code, _drf_message(exc))
     status, body = to_envelope(exc)
-    return Response(body, status=status)
+    retry_after = body["error"].get("retry_after")
+    return Response(body, status=status, headers={"Retry-After": str(retry_after)} if retry_after is not None else None)
 
 
 def call_context(request: Request) -> CallContext:

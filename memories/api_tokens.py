@@ -74,7 +74,8 @@ def principal_for(authorization: str | None) -> Principal | None:
     if row is None:
         return None
     ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
-    return Principal(name=row.name, namespaces=frozenset(row.namespaces), read_only=row.read_only)
+    return Principal(name=row.name, namespaces=frozenset(row.namespaces), read_only=row.read_only,
+                     write_rate_per_minute=row.write_rate_per_minute, key=f"token:{row.pk}")
 
 
 def _check_namespaces(namespaces: list[str]) -> None:
@@ -85,13 +86,22 @@ def _check_namespaces(namespaces: list[str]) -> None:
             raise InvalidInput(f"namespaces: {namespace[:50]!r} is not a valid namespace", field="namespaces")
 
 
-def token_create(*, name: str, namespaces: list[str], read_only: bool, actor: str = "system") -> tuple[ApiToken, str]:
-    """Create a scoped token; the plain token is returned once and only its hash is stored."""
+def _check_rate(write_rate_per_minute: int | None) -> None:
+    if write_rate_per_minute is not None and write_rate_per_minute < 1:
+        raise InvalidInput("write_rate_per_minute: at least 1 (or none: no limit)", field="write_rate_per_minute")
+
+
+def token_create(*, name: str, namespaces: list[str], read_only: bool, actor: str = "system",
+                 write_rate_per_minute: int | None = None) -> tuple[ApiToken, str]:
+    """Create a scoped token (``write_rate_per_minute``: its writing calls a minute, None: no
+    limit); the plain token is returned once and only its hash is stored."""
     _check_namespaces(namespaces)
+    _check_rate(write_rate_per_minute)
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
         row = ApiToken.objects.create(
-            name=name, token_hash=hash_token(plain), prefix=plain[:10], namespaces=sorted(set(namespaces)), read_only=read_only
+            name=name, token_hash=hash_token(plain), prefix=plain[:10], namespaces=sorted(set(namespaces)), read_only=read_only,
+            write_rate_per_minute=write_rate_per_minute,
         )
         _audit_token("TOKEN_CREATE", row, actor)
     reset_token_cache()
@@ -111,17 +121,19 @@ def token_revoke(*, prefix: str, actor: str) -> int:
 
 
 def token_change(*, token_id: int, name: str, namespaces: list[str], read_only: bool, revoked: bool,
-                 actor: str) -> ApiToken:
-    """A curator's edit of a token (the admin): name, namespaces, read-only, or revoking it;
-    audited. A revoked token stays revoked: a new one is created instead."""
+                 actor: str, write_rate_per_minute: int | None = None) -> ApiToken:
+    """A curator's edit of a token (the admin): name, namespaces, read-only, write rate, or
+    revoking it; audited. A revoked token stays revoked: a new one is created instead."""
     _check_namespaces(namespaces)
+    _check_rate(write_rate_per_minute)
     with transaction.atomic():
         row = ApiToken.objects.select_for_update().get(pk=token_id)
         if row.revoked and not revoked:
             raise InvalidInput("revoked: a revoked token stays revoked; create a new one", field="revoked")
         revoking = revoked and not row.revoked
         row.name, row.namespaces, row.read_only, row.revoked = name, sorted(set(namespaces)), read_only, revoked
-        row.save(update_fields=["name", "namespaces", "read_only", "revoked"])
+        row.write_rate_per_minute = write_rate_per_minute
+        row.save(update_fields=["name", "namespaces", "read_only", "revoked", "write_rate_per_minute"])
         _audit_token("TOKEN_REVOKE" if revoking else "TOKEN_CHANGE", row, actor)
     reset_token_cache()
     return row
@@ -131,7 +143,7 @@ def tokens_list() -> list[dict[str, Any]]:
     """Every token, oldest first (never its value)."""
     return [
         {"id": row.pk, "name": row.name, "prefix": row.prefix, "namespaces": list(row.namespaces),
-         "read_only": row.read_only, "revoked": row.revoked}
+         "read_only": row.read_only, "revoked": row.revoked, "write_rate_per_minute": row.write_rate_per_minute}
         for row in ApiToken.objects.order_by("created_at")
     ]
 
@@ -144,4 +156,5 @@ def reset_token_cache() -> None:
 
 def _audit_token(operation: str, row: ApiToken, actor: str) -> None:
     funnel.record_audit(operation=operation, actor=actor, namespace="*",
-                        details={"name": row.name, "prefix": row.prefix, "namespaces": row.namespaces, "read_only": row.read_only})
+                        details={"name": row.name, "prefix": row.prefix, "namespaces": row.namespaces, "read_only": row.read_only,
+                                 "write_rate_per_minute": row.write_rate_per_minute})

@@ -15,6 +15,9 @@ the feed keeps the change for other processes, Qdrant and the scheduled ``vector
 - A change that replaces a memory's content may keep what it replaced: :func:`save_memory`
   takes a :class:`Revision` (T0 edits, every dedup merge, an undone merge) and writes the
   ``memory_revisions`` row in the same transaction.
+- Every insert (:func:`save_memory` with ``insert``, :func:`insert_memories`) first passes its
+  namespace's quota (memories/quotas/admission.py: QUOTA_EXCEEDED, or room made by trimming);
+  ``quota=False`` only for copies of a store that existed already (repair, ``store migrate``).
 
 How the feed is read and pruned: memories/indexes/feed.py.
 """
@@ -36,6 +39,7 @@ from memories import conversations
 from memories.indexes.embedded import get_vector_index
 from memories.indexes.feed_cursor import take_transaction_id
 from memories.models import AuditLog, ChangeFeedEntry, Memory, MemoryRevision
+from memories.quotas import admission
 
 logger = logging.getLogger("bhgbrain.changes")
 
@@ -219,14 +223,21 @@ def _revision_row(memory: Memory, revision: Revision, actor: str, at: datetime) 
                                   operation=revision.operation, state=revision.state, updated_at=at, updated_by=actor)
 
 
+def _actor(audit: Audit | None) -> str:
+    return audit.actor if audit is not None else "system"
+
+
 def save_memory(memory: Memory, *, audit: Audit | None, at: datetime, insert: bool = False,
-                fields: Iterable[str] | None = None, sync: bool = True, revision: Revision | None = None) -> int | None:
-    """Insert (``insert``) or update one memory (only ``fields`` when given) with every side
-    effect; ``revision``: keep what it said before (by the audit's actor). Returns the feed
-    row's id (None when no indexed field changed)."""
+                fields: Iterable[str] | None = None, sync: bool = True, revision: Revision | None = None,
+                quota: bool = True) -> int | None:
+    """Insert (``insert``, after the namespace's quota check unless ``quota`` is False) or update
+    one memory (only ``fields`` when given) with every side effect; ``revision``: keep what it
+    said before (by the audit's actor). Returns the feed row's id (None when no indexed field changed)."""
     changed = frozenset(fields) if fields is not None else None
+    if insert and quota:
+        admission.admit([memory], actor=_actor(audit), at=at)
     if revision is not None:
-        _revision_row(memory, revision, audit.actor if audit is not None else "system", at)
+        _revision_row(memory, revision, _actor(audit), at)
     if insert:
         memory.save(force_insert=True)
     else:
@@ -298,11 +309,14 @@ def update_memories(memory_ids: Sequence[uuid.UUID], values: dict[str, Any], *,
 
 
 def insert_memories(memories: Sequence[Memory], *, audit: Callable[[Memory], Audit | None] | None,
-                    at: datetime) -> None:
-    """Insert many memories at once (a batch of messages): one INSERT, the indexers once for the
-    batch, their neighbours' contexts, one audit row and one feed row each."""
+                    at: datetime, quota: bool = True) -> None:
+    """Insert many memories at once (a batch of messages): the namespaces' quota check (unless
+    ``quota`` is False: all or none are admitted), one INSERT, the indexers once for the batch,
+    their neighbours' contexts, one audit row and one feed row each."""
     if not memories:
         return
+    if quota:
+        admission.admit(memories, actor=_actor(audit(memories[0]) if audit is not None else None), at=at)
     Memory.objects.bulk_create(memories)
     _index_written(memories, None)
     _neighbours_changed(conversations.affected_by_batch(memories))

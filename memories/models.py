@@ -252,6 +252,8 @@ class ApiToken(models.Model):
     namespaces = models.JSONField(default=list, help_text="namespaces this token may read and write")
     read_only = models.BooleanField(default=False)
     revoked = models.BooleanField(default=False)
+    write_rate_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="writing calls this token may make in any 60 s (empty: no limit)")
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 
@@ -302,3 +304,46 @@ class MemoryTag(models.Model):
             models.Index(fields=["namespace", "tag"], name="idx_memory_tags_tag"),
             models.Index(fields=["memory_id"], name="idx_memory_tags_memory"),
         ]
+
+
+class NamespaceQuota(models.Model):
+    """A namespace's quota set in the admin or with ``bhgbrain namespace quota``: it replaces the
+    config's ``namespaces.<ns>`` (or ``namespace_defaults``) for that namespace, in every process
+    at once (memories/quotas/limits.py). Null: no limit."""
+
+    class Policy(models.TextChoices):
+        REJECT = "reject"
+        TRIM = "trim"
+
+    namespace = models.CharField(max_length=NAMESPACE_MAX, unique=True)
+    max_memories = models.PositiveIntegerField(null=True, blank=True)
+    t0_budget = models.PositiveIntegerField(null=True, blank=True)
+    t1_budget = models.PositiveIntegerField(null=True, blank=True)
+    t2_budget = models.PositiveIntegerField(null=True, blank=True)
+    t3_budget = models.PositiveIntegerField(null=True, blank=True)
+    on_quota_exceeded = models.CharField(max_length=8, choices=Policy.choices, default=Policy.REJECT)
+    updated_at = models.DateTimeField()
+    updated_by = models.CharField(max_length=200)
+
+    class Meta:
+        db_table = "namespace_quotas"
+
+    def __str__(self) -> str:
+        return f"quota of {self.namespace}"
+
+
+class NamespaceUsage(models.Model):
+    """Live memories per namespace and tier, kept by database triggers on ``memories`` (migration
+    0015), so no write path can make it drift: one row per namespace on SQLite; on PostgreSQL each
+    change appends a row (no two writers wait on one counter row) and the quota check folds a
+    namespace's rows into one. A namespace's count is the sum of its rows (memories/quotas/usage.py)."""
+
+    namespace = models.CharField(max_length=NAMESPACE_MAX)
+    t0 = models.BigIntegerField(default=0)
+    t1 = models.BigIntegerField(default=0)
+    t2 = models.BigIntegerField(default=0)
+    t3 = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "namespace_usage"
+        indexes = [models.Index(fields=["namespace"], name="idx_namespace_usage")]

@@ -40,9 +40,10 @@ from bhgbrain_site.core.inputs import (
 )
 from bhgbrain_site.registry import Hints, PromptMessages, completer, operation, prompt, resource
 from memories import access, completions, outputs, prompts, selectors, services
-from memories.curation import edits
+from memories.curation import edits, quotas
 from memories.indexes import feed
 from memories.interop import bootstrap, repair
+from memories.quotas import selectors as quota_selectors
 from memories.remember import RememberInput, memory_remember
 from memories.remember import thread_append as append_to_thread
 
@@ -406,6 +407,51 @@ def threads_get(params: ThreadParams, ctx: CallContext) -> dict[str, Any]:
     """One thread's transcript in conversation order (occurred_at, then arrival), paginated."""
     return selectors.thread_transcript(namespace=_namespace(params.namespace), thread=params.thread, limit=params.limit,
                                        cursor=params.cursor)
+
+
+# --------------------------------------------------------------------------- namespace quotas (REST, CLI)
+
+
+class QuotaParams(Input):
+    namespace: Namespace | None = None
+
+
+@operation("namespaces.quota", QuotaParams, tool=False)
+def namespaces_quota(params: QuotaParams, ctx: CallContext) -> dict[str, Any]:
+    """A namespace's quota (max_memories, tier budgets, on_quota_exceeded; where it is set) and the
+    memories it holds against each limit."""
+    return quota_selectors.quota_use(namespace=_namespace(params.namespace))
+
+
+class QuotasParams(Input):
+    limited_only: bool = False
+
+
+@operation("namespaces.quotas", QuotasParams, whole_store=True, tool=False)
+def namespaces_quotas(params: QuotasParams, ctx: CallContext) -> dict[str, Any]:
+    """Every namespace that holds memories or has a quota of its own, with its quota and use."""
+    uses = quota_selectors.quota_uses(limited_only=params.limited_only)
+    return {"namespaces": [use.as_dict() for use in uses]}
+
+
+class QuotaSetParams(Input):
+    namespace: Namespace
+    max_memories: int | None = Field(default=None, ge=1)  # null: no limit
+    tier_budgets: dict[Tier, int | None] = Field(default_factory=dict)  # only the tiers named change
+    on_quota_exceeded: Literal["reject", "trim"] | None = None
+    reset: bool = False  # drop this namespace's own setting: the config's quota applies again
+
+
+@operation("namespaces.set_quota", QuotaSetParams, writes=_always, whole_store=True, tool=False)
+def namespaces_set_quota(params: QuotaSetParams, ctx: CallContext) -> dict[str, Any]:
+    """Set a namespace's quota (the master token only: a scoped token may not raise its own). Only
+    the values given change; `reset` returns the namespace to the config's quota."""
+    if params.reset:
+        return quotas.namespace_quota_reset(namespace=params.namespace, actor=ctx.actor)
+    changes = {name: getattr(params, name) for name in params.model_fields_set if name in quotas.CHANGEABLE}
+    if changes.get("on_quota_exceeded", "") is None:
+        raise InvalidInput("on_quota_exceeded: reject or trim", field="on_quota_exceeded")
+    return quotas.namespace_quota_set(namespace=params.namespace, changes=changes, actor=ctx.actor)
 
 
 # --------------------------------------------------------------------------- prompts and completions

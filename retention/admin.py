@@ -19,6 +19,7 @@ from bhgbrain_site.core.errors import DomainError
 from memories.admin.scope import AllNamespacesOnly, ListExport, NamespaceScoped, request_namespaces
 from memories.curation.namespaces import Namespaces
 from memories.curation.queues import QUEUES
+from memories.models import NamespaceQuota
 from retention.archive import archive_export, archive_restore, archived_to_dict
 from retention.dashboard import Dashboard, dashboard_snapshot
 from retention.models import ArchivedMemory, BackupRecord
@@ -87,6 +88,24 @@ def _tier_rows(board: Dashboard) -> list[dict[str, Any]]:
             for namespace, tiers, total in board.namespaces]
 
 
+def _quota_rows(board: Dashboard, may_edit: bool) -> list[dict[str, Any]]:
+    """Each namespace with a quota: used / limit overall and per tier, its policy, where it is set,
+    and (for a superuser) the link that edits it: its row, or a new row starting from the config."""
+    rows, ids = [], dict(NamespaceQuota.objects.values_list("namespace", "pk")) if may_edit else {}
+    for use in board.quotas:
+        view = use.as_dict()
+        namespace = view["namespace"]
+        if not may_edit:
+            edit = None
+        elif namespace in ids:
+            edit = reverse("admin:memories_namespacequota_change", args=[ids[namespace]])
+        else:
+            edit = f"{reverse('admin:memories_namespacequota_add')}?{urlencode({'namespace': namespace})}"
+        rows.append({**view, "cells": [view["tiers"][t] for t in TIERS], "edit": edit,
+                     "url": _memories_url(namespace__exact=namespace)})
+    return rows
+
+
 def _queue_cards(board: Dashboard) -> list[dict[str, Any]]:
     return [{"label": label, "count": board.queues[name], "url": _memories_url(queue=name)}
             for name, label in QUEUES.items()]
@@ -101,6 +120,8 @@ def dashboard_callback(request: HttpRequest, context: dict[str, Any]) -> dict[st
     context.update(
         board=board,
         tier_rows=_tier_rows(board),
+        quota_rows=_quota_rows(board, may_edit=request.user.is_superuser),
+        quotas_url=reverse("admin:memories_namespacequota_changelist"),
         tier_totals=[{"use": use, "url": _memories_url(retention_tier__exact=use.tier)} for use in board.tiers],
         queue_cards=_queue_cards(board),
         activity_chart=_chart(board.days, activity),

@@ -9,6 +9,9 @@ class RetentionConfig(AppConfig):
 
     def ready(self) -> None:
         from memories.curation.console import lend
+        from memories.quotas.admission import register_trimmer
         from retention.archive import memory_archive
+        from retention.cleanup import namespace_trim
 
         lend(archive=memory_archive)  # the memory list's "Archive now" and the review queue's "Archive"
+        register_trimmer(namespace_trim)  # a namespace quota's policy "trim": the cleanup's trim, one namespace

@@ -14,6 +14,9 @@ Reads only: how much of each budget is used (``/health``) and what the cleanup m
 - Within a tier the trim order is :data:`TRIM_ORDER`: the fewest accesses first, then the
   longest unused (``last_accessed``, or ``created_at`` for a memory never read back), then the
   oldest, then the id (so the order is total and a dry run names the same memories).
+
+The arithmetic is memories/quotas/plan.py's, shared with the namespace quotas, whose trim
+(retention/cleanup.py, ``namespace_trim``) takes its memories in this same order.
 """
 from __future__ import annotations
 
@@ -26,8 +29,9 @@ from django.db.models.functions import Coalesce
 
 from bhgbrain_site.core.contracts import TIERS
 from memories.models import Memory
+from memories.quotas.plan import TRIMMABLE, Limits
+from memories.quotas.plan import trim_plan as plan_for
 
-TRIMMABLE = ("T3", "T2", "T1")  # max_memories takes its excess in this order; never T0
 TRIM_ORDER = ("access_count", "last_use", "created_at", "id")
 
 
@@ -61,27 +65,19 @@ def trim_plan(*, now: datetime, tier: str | None = None) -> dict[str, int]:
     """How many memories of each trimmable tier the cleanup must archive and delete to meet the
     tier budgets and then ``max_memories`` (``tier``: only that tier may be trimmed)."""
     retention = settings.BHGBRAIN.retention
-    counts = _countable(now)
-    eligible = [t for t in TRIMMABLE if tier is None or t == tier]
-    plan = dict.fromkeys(TIERS[1:], 0)
-    for name in eligible:
-        budget = getattr(retention.tier_budgets, name)
-        if budget is not None:
-            plan[name] = max(0, counts[name] - budget)
-    excess = sum(counts.values()) - sum(plan.values()) - retention.max_memories
-    for name in eligible:
-        if excess <= 0:
-            break
-        take = min(excess, counts[name] - plan[name])
-        plan[name] += take
-        excess -= take
-    return plan
+    limits = Limits(retention.max_memories, {t: getattr(retention.tier_budgets, t) for t in TIERS})
+    eligible = tuple(t for t in TRIMMABLE if tier is None or t == tier)
+    return plan_for(_countable(now), limits, eligible=eligible).take
 
 
-def trim_candidates(tier: str) -> QuerySet[Memory]:
-    """A tier's live memories in trim order (first = first to go). Never T0."""
+def trim_candidates(tier: str, *, namespace: str | None = None, now: datetime | None = None) -> QuerySet[Memory]:
+    """A tier's live memories in trim order (first = first to go). Never T0. ``namespace``: only
+    that namespace's; ``now``: not those expired by then (they do not count against a quota)."""
     if tier not in TRIMMABLE:
         raise ValueError(f"tier {tier} is never trimmed")
-    return (Memory.objects.filter(archived=False, retention_tier=tier)
-            .annotate(last_use=Coalesce(F("last_accessed"), F("created_at")))
-            .order_by(*TRIM_ORDER))
+    rows = Memory.objects.filter(archived=False, retention_tier=tier)
+    if namespace is not None:
+        rows = rows.filter(namespace=namespace)
+    if now is not None:
+        rows = rows.exclude(_expired(now))
+    return rows.annotate(last_use=Coalesce(F("last_accessed"), F("created_at"))).order_by(*TRIM_ORDER)

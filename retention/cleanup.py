@@ -15,17 +15,20 @@
    every trimmed memory can be restored from the archive.
 4. Change-feed rows older than ``FEED_KEEP_DAYS`` are pruned (an index that has not caught up
    for that long reloads instead of replaying: memories/indexes/feed.py), after their deletions are
-   tallied for compaction.
+   tallied for compaction; on PostgreSQL each namespace's usage rows are folded into one.
 5. Compaction (retention/compaction.py) when deletions passed
    ``retention.compaction_deleted_threshold``, or when forced (``gc --force-compact``).
 
 The report's ``expired`` counts phase 1, ``trimmed`` phase 3 per tier; ``archived`` and
 ``deleted`` count both.
+
+A namespace's quota under policy ``trim`` uses phase 3's trim, limited to that namespace, at
+write time (:func:`namespace_trim`, registered from retention/apps.py).
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +43,7 @@ from memories import funnel
 from memories.access import tracker
 from memories.indexes.feed import feed_prune
 from memories.models import CONVERSATION_FIELDS, Memory
+from memories.quotas import admission, usage
 from retention import budgets, compaction
 from retention.backups.bhgb_format import leftovers_remove
 from retention.models import ArchivedMemory
@@ -104,6 +108,16 @@ def _one_trim_at_a_time() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["bhgbrain-retention-trim"])
 
 
+def _trim(batch: list[Memory], now: datetime, actor: str, reason: str) -> int:
+    """Archive the memories whole, then delete them through the write funnel (a FORGET audit row
+    each, with ``reason``): a trimmed memory had not expired, so it is always archived."""
+    if batch:
+        ArchivedMemory.objects.bulk_create([_archive(m, now) for m in batch])
+        funnel.delete_memories(batch, at=now, audit=lambda m: funnel.Audit(
+            "FORGET", actor, {"reason": reason, "tier": m.retention_tier, "summary": m.summary, "archived": True}))
+    return len(batch)
+
+
 def _trim_batch(tier: str, limit: int, now: datetime, only: str | None) -> int:
     """One transaction: archive and delete up to ``limit`` of the tier's first memories in trim
     order, and never more than the tier is still over now (another cleanup may have trimmed it
@@ -112,12 +126,32 @@ def _trim_batch(tier: str, limit: int, now: datetime, only: str | None) -> int:
         _one_trim_at_a_time()
         still_over = budgets.trim_plan(now=now, tier=only)[tier]
         batch = list(budgets.trim_candidates(tier).select_for_update()[:min(limit, still_over, BATCH)])
-        if not batch:
-            return 0
-        ArchivedMemory.objects.bulk_create([_archive(m, now) for m in batch])
-        funnel.delete_memories(batch, at=now, audit=lambda m: funnel.Audit(
-            "FORGET", ACTOR, {"reason": "over_budget", "tier": m.retention_tier, "summary": m.summary, "archived": True}))
-    return len(batch)
+        return _trim(batch, now, ACTOR, "over_budget")
+
+
+def namespace_trim(*, namespace: str, take: Mapping[str, int], actor: str, at: datetime) -> int:
+    """A namespace's quota, policy ``trim`` (memories/quotas/admission.py): inside the write's
+    transaction, archive and delete ``take[tier]`` of that namespace's memories of each tier, the
+    first in trim order (least used, longest unused; never T0, never an expired one: it does not
+    count and the cleanup archives it anyway). Audited as FORGET by the writer, reason
+    ``over_quota``. How many went."""
+    removed = 0
+    for tier, wanted in take.items():
+        if wanted > 0:
+            batch = list(budgets.trim_candidates(tier, namespace=namespace, now=at).select_for_update()[:wanted])
+            removed += _trim(batch, at, actor, "over_quota")
+    return removed
+
+
+def usage_fold() -> int:
+    """Fold each namespace's usage rows into one (PostgreSQL; memories/quotas/usage.py), each under
+    the namespace's quota lock; how many namespaces were folded."""
+    crowded = usage.crowded()
+    for namespace in crowded:
+        with transaction.atomic():
+            admission.lock_namespace(namespace)
+            usage.fold(namespace)
+    return len(crowded)
 
 
 def memories_consolidate(*, now: datetime | None = None) -> int:
@@ -196,6 +230,7 @@ def retention_cleanup(*, consolidate: bool = False, dry_run: bool = False, tier:
     _trim_all(report, plan, now, step)
     compaction.deletions_tally()  # before the feed rows it counts are pruned
     report.feed_rows_pruned = feed_prune(now=now)
+    usage_fold()
     report.compaction = compaction.compaction_run(force=force_compact, now=now)
     leftovers_remove()  # the work files of a backup that was killed
     logger.info("retention cleanup: %s", report.as_dict())

@@ -1,9 +1,10 @@
 """The governance console's landing page: what a curator should look at today.
 
 Read-only selectors, scoped to the curator's namespaces (``memories.curation.namespaces``): the store's
-health, memories per namespace × tier against the tier budgets, growth and accesses over the
-last 30 days, and the queues that need a person (expiring soon, T1 due for review, consolidation
-candidates, the vector-sync backlog), backups and the latest audit events. A handful of aggregate
+health, memories per namespace × tier against the tier budgets, each namespace's quota use,
+growth and accesses over the last 30 days, and the queues that need a person (expiring soon, T1
+due for review, consolidation candidates, the vector-sync backlog), backups and the latest audit
+events. A handful of aggregate
 queries, so it stays fast on a large store (docs/performance.md has the measurement).
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from bhgbrain_site.core.contracts import TIERS
 from memories.curation.namespaces import Namespaces, within
 from memories.curation.queues import QUEUES, queue_condition
 from memories.models import AccessDay, AuditLog, Memory
+from memories.quotas.selectors import QuotaUse, quota_uses
 from retention.models import ArchivedMemory, BackupRecord
 from retention.selectors import store_health
 
@@ -60,6 +62,7 @@ class Dashboard:
     archived_count: int
     audit: list[AuditLog] = field(default_factory=list)
     scoped: bool = False
+    quotas: list[QuotaUse] = field(default_factory=list)  # namespaces with a quota: their use
 
 
 # COUNT(*), not COUNT(id): the id is not in the partial indexes these counts are read from.
@@ -156,4 +159,5 @@ def dashboard_snapshot(*, namespaces: Namespaces, now: datetime) -> Dashboard:
         archived_count=_archived_count(namespaces),
         audit=list(audit),
         scoped=namespaces is not None,
+        quotas=quota_uses(namespaces=namespaces, limited_only=True),
     )

@@ -11,6 +11,7 @@ from bhgbrain_site.core.calls import CallContext
 from bhgbrain_site.core.contracts import PATH_MAX, Tier
 from bhgbrain_site.core.inputs import Input, MemoryId, Namespace, Query
 from bhgbrain_site.registry import Hints, operation, resource
+from memories.quotas.selectors import visible_quotas
 from retention import archive, cleanup, selectors
 from retention.backups import bhgb_format, create, restore
 from retention.outputs import BackupResult
@@ -116,8 +117,12 @@ class HealthParams(Input):
 
 @operation("store.health", HealthParams, tool=False, scoped=False)
 def store_health(params: HealthParams, ctx: CallContext) -> dict[str, Any]:
-    """The full health snapshot: components, counts, retention state."""
-    return selectors.store_health()
+    """The full health snapshot: components, counts, retention state, namespace quotas (a scoped
+    token sees its own namespaces' only)."""
+    body = selectors.store_health()
+    if "quotas" in body:
+        body["quotas"] = visible_quotas(body["quotas"], ctx.principal.namespaces, anonymous=False)
+    return body
 
 
 resource("health://status", "Health", "The full health snapshot", operation="store.health")

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from memories import selectors as memory_selectors
 from memories.models import Memory
+from memories.quotas.selectors import quota_uses, quotas_summary
 from memories.selectors import iso, memory_counts_by_tier
 from retention import budgets, compaction
 from retention.models import ArchivedMemory
@@ -51,9 +52,11 @@ def retention_stats() -> dict[str, Any]:
     }
 
 
-def _retention_component(stats: dict[str, Any], memory_count: int, db_size: int) -> dict[str, str]:
+def _retention_component(stats: dict[str, Any], memory_count: int, db_size: int, quotas: dict[str, Any]) -> dict[str, str]:
     retention = settings.BHGBRAIN.retention
     problems = []
+    if quotas["over"]:  # how many, never which: this detail is public
+        problems.append(f"{quotas['over']} namespace(s) over their quota")
     over = [name for name, entry in stats["budgets"].items() if entry["over"]]
     if over:
         problems.append("over budget: " + ", ".join("max_memories" if name == "total" else name for name in over))
@@ -74,7 +77,8 @@ def _overall(components: dict[str, dict[str, str]]) -> str:
 
 def store_health() -> dict[str, Any]:
     """The seed's HealthSnapshot; ``status`` is unhealthy/degraded/healthy. The embedder's
-    status is cached 30 s and never calls a remote API."""
+    status is cached 30 s and never calls a remote API. ``quotas``: the namespaces with a quota,
+    each one's use (memories.quotas.selectors.visible_quotas trims it for the caller)."""
     database = _component(*memory_selectors.database_status())
     components: dict[str, Any] = {"sqlite": database}
     body: dict[str, Any] = {"status": "unhealthy", "components": components}
@@ -83,13 +87,14 @@ def store_health() -> dict[str, Any]:
     stats = retention_stats()
     memory_count = sum(stats["counts_by_tier"].values())
     db_size = memory_selectors.db_size_bytes()
+    quotas = quotas_summary(quota_uses(limited_only=True))
     components["vector_index"] = _component(*memory_selectors.vector_index_status())
     components["embedding"] = _component(*memory_selectors.embedding_status())
-    components["retention"] = _retention_component(stats, memory_count, db_size)
+    components["retention"] = _retention_component(stats, memory_count, db_size, quotas)
     body.update(
         status=_overall(components), memory_count=memory_count, db_size_bytes=db_size,
         uptime_seconds=int(time.monotonic() - _STARTED), device_id=settings.BHGBRAIN_DEVICE_ID,
-        retention=stats, pid=os.getpid(),
+        retention=stats, quotas=quotas, pid=os.getpid(),
     )
     return body
 

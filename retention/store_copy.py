@@ -217,7 +217,8 @@ class _Copier:
         if not rows:
             return 0
         if table.kind == "memories":
-            funnel.insert_memories(rows, audit=None, at=self.at)  # indexers + feed, as any insert
+            # indexers + feed, as any insert; the source store's memories, whatever the quotas
+            funnel.insert_memories(rows, audit=None, at=self.at, quota=False)
             return len(rows)
         if table.kind == "permissions":
             if self._permissions is None:

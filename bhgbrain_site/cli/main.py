@@ -476,11 +476,14 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     from memories.api_tokens import token_create
 
     try:
-        row, plain = token_create(name=args.name, namespaces=args.namespace, read_only=args.read_only, actor="cli")
+        row, plain = token_create(name=args.name, namespaces=args.namespace, read_only=args.read_only, actor="cli",
+                                  write_rate_per_minute=args.write_rate)
     except DomainError as exc:
         _err(exc.message)
         return 2
     scope = ", ".join(row.namespaces) + (" (read-only)" if row.read_only else "")
+    if row.write_rate_per_minute is not None:
+        scope += f", at most {row.write_rate_per_minute} writing calls a minute"
     _err(f"Created token {row.name!r} for {scope}. It is shown once; store it now:")
     print(plain)
     return 0
@@ -491,7 +494,8 @@ def cmd_token_list(args: argparse.Namespace) -> int:
 
     for row in tokens_list():
         state = "revoked" if row["revoked"] else ("read-only" if row["read_only"] else "read-write")
-        print(f"{row['id']}\t{row['name']}\t{row['prefix']}…\t{state}\t{','.join(row['namespaces'])}")
+        rate = f"{row['write_rate_per_minute']}/min" if row["write_rate_per_minute"] is not None else "-"
+        print(f"{row['id']}\t{row['name']}\t{row['prefix']}…\t{state}\t{rate}\t{','.join(row['namespaces'])}")
     return 0
 
 
@@ -525,6 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
     create = token.add_parser("create", help="create a token limited to namespaces (printed once)")
     create.add_argument("--namespace", action="append", required=True, help="repeat for several namespaces")
     create.add_argument("--read-only", action="store_true")
+    create.add_argument("--write-rate", type=int, metavar="N",
+                        help="at most N writing calls a minute, counted by every worker together (default: no limit)")
     create.add_argument("--name", default="api-token")
     create.set_defaults(func=cmd_token_create)
     token.add_parser("list", help="list tokens (never their values)").set_defaults(func=cmd_token_list)

@@ -1,5 +1,6 @@
 """The seed's store commands of the ``bhgbrain`` CLI: list, search, show, tier, stats, audit,
-category, gc, archive, backup, and repair; and ``store migrate`` (into PostgreSQL and Qdrant).
+category, gc, archive, backup, and repair; ``store migrate`` (into PostgreSQL and Qdrant) and
+``namespace quota`` (show or set a namespace's quota).
 
 Each turns its arguments into one operation call (bhgbrain_site.registry) and prints the
 result as JSON; errors print the envelope and exit 1. They run in-process on the configured
@@ -131,6 +132,44 @@ def cmd_store(args: argparse.Namespace) -> int:
     return 0 if report.get("ok") else 1
 
 
+def _limit(text: str) -> int | None:
+    """A limit as typed: a whole number of at least 1, or "none" (no limit)."""
+    if text.lower() in ("none", "null", "unlimited"):
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of at least 1, or none")
+    return int(text)
+
+
+def _max_memories(text: str) -> int | str:
+    """``--max-memories``: a number, or "none" kept as a word (an option not given is None)."""
+    return _limit(text) or "none"
+
+
+def _tier_budget(text: str) -> tuple[str, int | None]:
+    """``T2=500`` or ``T2=none``."""
+    tier, _, value = text.partition("=")
+    if tier.upper() not in TIERS or not value:
+        raise argparse.ArgumentTypeError(f"{text!r}: TIER=N or TIER=none, TIER one of {', '.join(TIERS)}")
+    return tier.upper(), _limit(value)
+
+
+def cmd_namespace_quota(args: argparse.Namespace) -> int:
+    """namespace quota [NS] [--max-memories N|none] [--tier T2=N|none]... [--policy reject|trim] [--reset]."""
+    if args.namespace is None:
+        return _run("namespaces.quotas", {})
+    arguments: dict[str, Any] = {"namespace": args.namespace}
+    if args.max_memories is not None:
+        arguments["max_memories"] = None if args.max_memories == "none" else args.max_memories
+    if args.tier:
+        arguments["tier_budgets"] = dict(args.tier)
+    if args.policy:
+        arguments["on_quota_exceeded"] = args.policy
+    if args.reset:
+        arguments["reset"] = True
+    return _run("namespaces.set_quota" if len(arguments) > 1 else "namespaces.quota", arguments)
+
+
 def _command(parent: Any, name: str, helptext: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
     """A subcommand that acts on one namespace (``--namespace``, default: the configured one)."""
     parser = parent.add_parser(name, help=helptext)
@@ -231,7 +270,23 @@ def _add_store(sub: Any) -> None:
     migrate.set_defaults(func=cmd_store)
 
 
+def _add_namespace(sub: Any) -> None:
+    namespace = sub.add_parser("namespace", help="namespaces' quotas").add_subparsers(dest="namespace_command",
+                                                                                     required=True)
+    quota = namespace.add_parser("quota", help="show a namespace's quota and use (every namespace's without NS), or set it")
+    quota.add_argument("namespace", nargs="?", help="the namespace (omitted: list every namespace)")
+    quota.add_argument("--max-memories", type=_max_memories, metavar="N|none",
+                       help="live memories the namespace may hold (none: no limit)")
+    quota.add_argument("--tier", action="append", type=_tier_budget, metavar="T2=N|none",
+                       help="a tier's budget; repeat for several tiers")
+    quota.add_argument("--policy", choices=("reject", "trim"),
+                       help="a write past the quota: reject it (QUOTA_EXCEEDED) or trim the least-used memories")
+    quota.add_argument("--reset", action="store_true", help="drop what was set here or in the admin: the config applies")
+    quota.set_defaults(func=cmd_namespace_quota)
+
+
 def add_store_commands(sub: Any) -> None:
     """The seed's store commands, onto the ``bhgbrain`` parser's subcommands."""
-    for add in (_add_reads, _add_tier, _add_category, _add_retention, _add_backup, _add_repair, _add_store):
+    for add in (_add_reads, _add_tier, _add_category, _add_retention, _add_backup, _add_repair, _add_store,
+                _add_namespace):
         add(sub)

@@ -13,11 +13,15 @@ from bhgbrain_site.core.progress import Progress
 
 @dataclass(frozen=True)
 class Principal:
-    """Who may do what: every namespace (``namespaces`` None) or a set, optionally read-only."""
+    """Who may do what: every namespace (``namespaces`` None) or a set, optionally read-only, and
+    how many writing calls a minute (``write_rate_per_minute``, None: no limit), counted under
+    ``key`` (a scoped token's id) by every worker together."""
 
     name: str
     namespaces: frozenset[str] | None
     read_only: bool = False
+    write_rate_per_minute: int | None = None
+    key: str = ""
 
     def default_namespace(self, configured: str) -> str:
         """The configured default, unless this principal may not use it: then its first namespace."""

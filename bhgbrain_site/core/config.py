@@ -115,6 +115,26 @@ class TierBudgets(TierValues):
     T3: int | None = 200000
 
 
+class QuotaTierBudgets(TierValues):
+    """A namespace's per-tier limits: every tier unlimited unless set (T0 too: T0 is never trimmed,
+    so a T0 budget only ever rejects)."""
+
+    T0: int | None = None
+    T1: int | None = None
+    T2: int | None = None
+    T3: int | None = None
+
+
+class NamespaceQuotaConfig(_Strict):
+    """One namespace's quota (``namespaces.<ns>``), or the quota of every namespace not listed there
+    (``namespace_defaults``). An entry stands alone: a key it leaves out has the default below, not
+    ``namespace_defaults``' value. null: no limit."""
+
+    max_memories: int | None = Field(default=None, ge=1)
+    tier_budgets: QuotaTierBudgets = Field(default_factory=QuotaTierBudgets)
+    on_quota_exceeded: Literal["reject", "trim"] = "reject"
+
+
 class RetentionConfig(_Strict):
     decay_after_days: int = Field(default=180, ge=1)
     max_db_size_gb: float = Field(default=2, gt=0)
@@ -207,6 +227,18 @@ class BHGBrainConfig(_Strict):
     auto_inject: AutoInjectConfig = Field(default_factory=AutoInjectConfig)
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+    # Beyond the seed: per-namespace quotas (memories/quotas/); the admin and `bhgbrain namespace quota`
+    # override a namespace's in the database (NamespaceQuota)
+    namespace_defaults: NamespaceQuotaConfig = Field(default_factory=NamespaceQuotaConfig)
+    namespaces: dict[str, NamespaceQuotaConfig] = Field(default_factory=dict)
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespace_names(cls, value: dict[str, NamespaceQuotaConfig]) -> dict[str, NamespaceQuotaConfig]:
+        for name in value:
+            if not re.match(NAMESPACE_PATTERN, name):
+                raise ValueError(f"{name[:50]!r} is not a namespace (letters, digits, / and -, at most 200)")
+        return value
 
 
 class ConfigError(ValueError):

@@ -35,6 +35,11 @@ class DomainError(Exception):
         if retryable is not None:
             self.retryable = retryable
 
+    @property
+    def details(self) -> dict[str, Any]:
+        """Fields the envelope carries beside code, message and retryable (a subclass's figures)."""
+        return {}
+
 
 class InvalidInput(DomainError):
     code = "INVALID_INPUT"
@@ -65,9 +70,40 @@ class Forbidden(DomainError):
 
 
 class RateLimited(DomainError):
+    """Too many calls: ``retry_after`` (seconds, when known) goes into the envelope and the
+    ``Retry-After`` header."""
+
     code = "RATE_LIMITED"
     http_status = 429
     retryable = True
+
+    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {} if self.retry_after is None else {"retry_after": self.retry_after}
+
+
+class QuotaExceeded(DomainError):
+    """A write would take a namespace past its quota (``max_memories`` or a tier's budget) and its
+    policy rejects, or nothing of it may be trimmed. 409: the request conflicts with the
+    namespace's state; waiting alone frees no room (unlike 429), and the server is not at fault
+    (unlike 507): forget memories or raise the quota, then send it again."""
+
+    code = "QUOTA_EXCEEDED"
+    http_status = 409
+
+    def __init__(self, *, namespace: str, limit: int, count: int, tier: str | None = None, reason: str = "") -> None:
+        scope = f"{tier} budget" if tier else "max_memories"
+        super().__init__(f'Namespace "{namespace}" is at its quota: {scope} {limit}, {count} memories held'
+                         + (f"; {reason}" if reason else ""))
+        self.namespace, self.limit, self.count, self.tier = namespace, limit, count, tier
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "limit": self.limit, "count": self.count, "tier": self.tier}
 
 
 class EmbeddingUnavailable(DomainError):
@@ -128,8 +164,8 @@ def describe_validation_error(error: ValidationError) -> str:
     return "Invalid input: " + "; ".join(parts)
 
 
-def _envelope(code: str, message: str, retryable: bool) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "retryable": retryable}}
+def _envelope(code: str, message: str, retryable: bool, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "retryable": retryable, **(details or {})}}
 
 
 # SQLite's primary result codes (the low byte of the extended one) and errnos that mean the storage
@@ -178,7 +214,7 @@ def to_envelope(exc: BaseException) -> tuple[int, dict[str, Any]]:
         if exc.http_status >= 500 and type(exc) is DomainError:
             logger.error("internal error: %s", exc.message)
             return exc.http_status, _envelope("INTERNAL", "Internal error", False)
-        return exc.http_status, _envelope(exc.code, exc.message, exc.retryable)
+        return exc.http_status, _envelope(exc.code, exc.message, exc.retryable, exc.details)
     if isinstance(exc, ValidationError):
         return 400, _envelope("INVALID_INPUT", describe_validation_error(exc), False)
     logger.error("internal error", exc_info=exc)

@@ -38,7 +38,7 @@ from bhgbrain_site import registry, rest
 from bhgbrain_site.core import calls, pools
 from bhgbrain_site.core.errors import AuthRequired, error_for_status
 from bhgbrain_site.server import views
-from bhgbrain_site.server.security import authenticate_scope, scope_peer
+from bhgbrain_site.server.security import authenticate_scope, scope_peer, viewer_of_scope
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -114,7 +114,8 @@ async def _tool(scope: Scope, receive: Receive, send: Send, name: str) -> None:
         return
     ctx = await _caller(scope, send)
     if ctx is not None:
-        await _respond(send, *await pools.in_pool(registry.executor_for(name), views.tool_call_body, name, raw, ctx))
+        status, body = await pools.in_pool(registry.executor_for(name), views.tool_call_body, name, raw, ctx)
+        await _respond(send, status, body, headers=[*_HEADERS, *views.retry_after_headers(status, body)])
 
 
 async def _resource(scope: Scope, receive: Receive, send: Send) -> None:
@@ -134,7 +135,8 @@ async def _health(scope: Scope, send: Send) -> None:
         await _error(send, error_for_status(405, "Use GET for /health"))
         return
     snapshot = await views.health_snapshots.current()
-    await _respond(send, views.health_status(snapshot), views.encode(snapshot), head=scope.get("method") == "HEAD")
+    body = views.health_for(snapshot, await viewer_of_scope(scope))
+    await _respond(send, views.health_status(snapshot), views.encode(body), head=scope.get("method") == "HEAD")
 
 
 def _rest_view(path: str) -> ResolverMatch | None:

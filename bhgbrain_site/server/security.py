@@ -21,7 +21,7 @@ from bhgbrain_site.core.errors import AuthRequired, PayloadTooLarge, RateLimited
 from bhgbrain_site.core.metrics import metrics
 from bhgbrain_site.core.pools import drop_broken_connections
 from bhgbrain_site.core.shared_cache import SharedCounterCache
-from memories.api_tokens import known_open, principal_for
+from memories.api_tokens import auth_required, known_open, principal_for
 
 logger = logging.getLogger("bhgbrain.security")
 PUBLIC_PREFIXES = ("/health", "/admin", "/static")
@@ -96,6 +96,26 @@ async def authenticate_async(authorization: str | None, *, peer: str, path: str)
     if known_open():
         return FULL_ACCESS
     return await sync_to_async(_authenticate_in_thread, thread_sensitive=False)(authorization, peer, path)
+
+
+def viewer(authorization: str | None) -> Principal | None:
+    """Who reads a public endpoint (``/health``): full access when no token is needed, the token's
+    principal when one is sent, else None (anonymous). Never refuses and, without a token, never
+    logs: probes call it every few seconds."""
+    drop_broken_connections()
+    try:
+        if not auth_required():
+            return FULL_ACCESS
+        return principal_for(authorization) if authorization else None
+    except Exception:  # noqa: BLE001 - the token table unreachable: anonymous, and /health reports the database
+        return None
+
+
+async def viewer_of_scope(scope: dict) -> Principal | None:
+    """:func:`viewer` for an ASGI request (inline when the server is known to be open)."""
+    if known_open():
+        return FULL_ACCESS
+    return await sync_to_async(viewer, thread_sensitive=False)(scope_header(scope, b"authorization"))
 
 
 def scope_peer(scope: dict) -> str:

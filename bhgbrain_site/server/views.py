@@ -18,14 +18,15 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from bhgbrain_site import registry
-from bhgbrain_site.core.calls import CallContext
+from bhgbrain_site.core.calls import CallContext, Principal
 from bhgbrain_site.core.contracts import ERROR_ECHO_MAX
 from bhgbrain_site.core.errors import NotFound, PayloadTooLarge, error_for_status, to_envelope
 from bhgbrain_site.core.inputs import parse_json_body
 from bhgbrain_site.core.metrics import metrics
 from bhgbrain_site.core.pools import READ_POOL, drop_broken_connections
 from bhgbrain_site.server.health import HealthSnapshots
-from bhgbrain_site.server.security import rate_limiter
+from bhgbrain_site.server.security import rate_limiter, viewer
+from memories.quotas.selectors import visible_quotas
 from memories.selectors import memory_count
 from retention.selectors import store_health
 
@@ -43,6 +44,14 @@ def encode(body: Any) -> bytes:
 def encoded_error(exc: BaseException) -> tuple[int, bytes]:
     status, body = to_envelope(exc)
     return status, encode(body)
+
+
+def retry_after_headers(status: int, body: bytes) -> list[tuple[bytes, bytes]]:
+    """``Retry-After`` for a 429 whose envelope says when to retry (a token's write rate)."""
+    if status != 429:
+        return []
+    seconds = json.loads(body).get("error", {}).get("retry_after")
+    return [(b"retry-after", str(seconds).encode())] if isinstance(seconds, int) else []
 
 
 def tool_call_body(name: str, raw: bytes, ctx: CallContext) -> tuple[int, bytes]:
@@ -67,6 +76,16 @@ def health_status(snapshot: dict[str, Any]) -> int:
     return 503 if snapshot["status"] == "unhealthy" else 200
 
 
+def health_for(snapshot: dict[str, Any], principal: Principal | None) -> dict[str, Any]:
+    """The snapshot as this caller may read it: /health is public, so per-namespace quota figures
+    go only to a caller with access (a scoped token: its own namespaces); anonymous callers get
+    the counts of namespaces at or over their quota, never the names."""
+    if "quotas" not in snapshot:
+        return snapshot
+    namespaces = principal.namespaces if principal is not None else None
+    return {**snapshot, "quotas": visible_quotas(snapshot["quotas"], namespaces, anonymous=principal is None)}
+
+
 def _store_health() -> dict[str, Any]:
     drop_broken_connections()  # a pool thread: after a database restart it reconnects here
     return store_health()
@@ -79,7 +98,8 @@ health_snapshots = HealthSnapshots(_store_health, registry.writes_done)
 async def health(request: HttpRequest) -> JsonResponse:
     """The snapshot in memory (refreshed every few seconds in the background), else one computed now."""
     snapshot = await health_snapshots.current()
-    return JsonResponse(snapshot, status=health_status(snapshot))
+    principal = await sync_to_async(viewer, thread_sensitive=False)(request.META.get("HTTP_AUTHORIZATION"))
+    return JsonResponse(health_for(snapshot, principal), status=health_status(snapshot))
 
 
 def _context(request: HttpRequest) -> CallContext:
@@ -90,7 +110,10 @@ def _context(request: HttpRequest) -> CallContext:
 
 def _json(status_and_body: tuple[int, bytes]) -> HttpResponse:
     status, body = status_and_body
-    return HttpResponse(body, status=status, content_type="application/json")
+    response = HttpResponse(body, status=status, content_type="application/json")
+    for name, value in retry_after_headers(status, body):
+        response[name.decode()] = value.decode()
+    return response
 
 
 @csrf_exempt

@@ -248,7 +248,7 @@ class ApiTokenForm(forms.ModelForm):
 
     class Meta:
         model = ApiToken
-        fields = ("name", "namespaces", "read_only", "revoked")
+        fields = ("name", "namespaces", "read_only", "write_rate_per_minute", "revoked")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -274,7 +274,8 @@ class ApiTokenForm(forms.ModelForm):
 @admin.register(ApiToken)
 class ApiTokenAdmin(AllNamespacesOnly, ModelAdmin):
     form = ApiTokenForm
-    list_display = ("name", "prefix", "namespaces", "read_only", "revoked", "created_at", "last_used_at")
+    list_display = ("name", "prefix", "namespaces", "read_only", "write_rate_per_minute", "revoked", "created_at",
+                    "last_used_at")
     list_filter = ("read_only", "revoked")
 
     def get_fields(self, request, obj=None) -> list[str]:  # noqa: ANN001 - Django admin API
@@ -286,9 +287,10 @@ class ApiTokenAdmin(AllNamespacesOnly, ModelAdmin):
         actor = f"admin:{request.user.get_username()}"
         if change:
             token_change(token_id=obj.pk, name=obj.name, namespaces=obj.namespaces, read_only=obj.read_only,
-                         revoked=obj.revoked, actor=actor)
+                         revoked=obj.revoked, actor=actor, write_rate_per_minute=obj.write_rate_per_minute)
             return
-        row, plain = token_create(name=obj.name, namespaces=obj.namespaces, read_only=obj.read_only, actor=actor)
+        row, plain = token_create(name=obj.name, namespaces=obj.namespaces, read_only=obj.read_only, actor=actor,
+                                  write_rate_per_minute=obj.write_rate_per_minute)
         obj.pk = row.pk
         messages.warning(request, f"Token created. Copy it now, it is not stored: {plain}")
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 from playwright.sync_api import Browser, Locator, Page, Response, expect, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
@@ -91,6 +92,19 @@ def page(browser: Browser, screenshot: Screenshot) -> Iterator[Page]:
 @pytest.fixture
 def curator() -> User:
     return User.objects.create_superuser(USERNAME, "curator@example.com", PASSWORD)
+
+
+def client_for(user: User) -> Client:
+    """Django's test client, logged in as ``user`` (the console's URL tests)."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def root() -> Client:
+    """A superuser's test client."""
+    return client_for(User.objects.create_superuser("root", "root@example.com", "pw"))
 
 
 @pytest.fixture

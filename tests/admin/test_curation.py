@@ -22,6 +22,7 @@ from memories.models import AuditLog, Collection, CuratorScope, Memory, MemoryRe
 from memories.selectors import memory_to_dict
 from retention.models import ArchivedMemory
 from search.selectors import memories_search
+from tests.admin.conftest import client_for
 from tests.conftest import remember
 
 pytestmark = pytest.mark.django_db
@@ -32,17 +33,6 @@ MERGES = "/admin/memories/memory/merges/"
 ARCHIVE = "/admin/retention/archivedmemory/"
 PERMS = ("view_memory", "change_memory", "delete_memory", "view_archivedmemory", "view_memoryrevision",
          "view_auditlog")
-
-
-def _login(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def root() -> Client:
-    return _login(User.objects.create_superuser("root", "root@example.com", "pw"))
 
 
 def _staff(name: str, namespaces: list[str] | None) -> User:
@@ -56,7 +46,7 @@ def _staff(name: str, namespaces: list[str] | None) -> User:
 @pytest.fixture
 def alice() -> Client:
     """A staff curator limited to namespace alice."""
-    return _login(_staff("alice-curator", ["alice"]))
+    return client_for(_staff("alice-curator", ["alice"]))
 
 
 def row(memory_id: str) -> Memory:
@@ -243,7 +233,7 @@ def test_a_view_only_curator_gets_no_actions(pair) -> None:
     mine, _ = pair
     viewer = User.objects.create_user("viewer", "v@example.com", "pw", is_staff=True)
     viewer.user_permissions.set(Permission.objects.filter(codename="view_memory"))
-    client = _login(viewer)
+    client = client_for(viewer)
     assert client.get(LIST).context["action_form"] is None
     client.post(LIST, {"action": "pin", "_selected_action": [mine], "index": "0"})
     assert row(mine).retention_tier == "T2"
@@ -356,7 +346,7 @@ def test_merges_page_shows_the_diff_and_undo_restores(root, merged) -> None:
 
 
 def test_merges_are_scoped_for_a_limited_curator(merged) -> None:
-    bob_curator = _login(_staff("bob-curator", ["bob"]))
+    bob_curator = client_for(_staff("bob-curator", ["bob"]))
     assert bob_curator.get(MERGES).context["reviews"] == []
     response = bob_curator.post(MERGES, {"memory_id": merged})
     assert any("not found" in n for n in notes(response))

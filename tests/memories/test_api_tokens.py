@@ -23,7 +23,7 @@ def test_token_create_and_revoke_are_audited() -> None:
     row, plain = api_tokens.token_create(name="ci-agent", namespaces=["alice", "alice"], read_only=True, actor="admin:ops")
     created = AuditLog.objects.get(operation="TOKEN_CREATE")
     assert created.client_id == "admin:ops" and created.details == {
-        "name": "ci-agent", "prefix": plain[:10], "namespaces": ["alice"], "read_only": True}
+        "name": "ci-agent", "prefix": plain[:10], "namespaces": ["alice"], "read_only": True, "write_rate_per_minute": None}
     assert plain not in json.dumps(created.details) and plain not in row.token_hash
     principal = api_tokens.principal_for(f"Bearer {plain}")
     assert principal is not None and principal.namespaces == frozenset({"alice"}) and principal.read_only

@@ -105,6 +105,11 @@ def test_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         ({"vector_index": "faiss"}, "vector_index"),
         ({"retention": {"unknown_key": 1}}, "retention.unknown_key"),
         ({"surprise": True}, "surprise"),
+        ({"namespace_defaults": {"max_memories": 0}}, "namespace_defaults.max_memories"),
+        ({"namespace_defaults": {"on_quota_exceeded": "drop"}}, "namespace_defaults.on_quota_exceeded"),
+        ({"namespaces": {"alpha": {"tier_budgets": {"T2": -1}}}}, "namespaces.alpha.tier_budgets"),
+        ({"namespaces": {"alpha": {"max_memory": 5}}}, "namespaces.alpha.max_memory"),
+        ({"namespaces": {"not a namespace": {"max_memories": 5}}}, "namespaces"),
     ],
 )
 def test_invalid_values_name_the_key(tmp_path: Path, document: dict, key: str) -> None:
@@ -161,3 +166,14 @@ def test_a_config_without_ignored_keys_loads_without_a_warning(tmp_path: Path, c
 def test_an_unknown_key_is_still_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="pipeline.extraction_typo"):
         parse_config({"pipeline": {"extraction_typo": True}}, tmp_path / "config.json")
+
+
+def test_namespace_quotas_default_to_none_and_an_entry_stands_alone(tmp_path: Path) -> None:
+    old = parse_config({"retention": {"max_memories": 1000}}, tmp_path / "config.json")  # a config from before quotas
+    assert old.namespaces == {} and old.namespace_defaults.max_memories is None
+    assert old.namespace_defaults.on_quota_exceeded == "reject"
+    assert all(getattr(old.namespace_defaults.tier_budgets, t) is None for t in ("T0", "T1", "T2", "T3"))
+    config = parse_config({"namespace_defaults": {"max_memories": 10, "on_quota_exceeded": "trim"},
+                           "namespaces": {"team/alpha": {"tier_budgets": {"T3": 2}}}}, tmp_path / "config.json")
+    entry = config.namespaces["team/alpha"]
+    assert (entry.max_memories, entry.tier_budgets.T3, entry.on_quota_exceeded) == (None, 2, "reject")
