@@ -535,7 +535,8 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
     return {
         "machine": lat.machine_info(), "revision": lat.product_revision(), "database": lat.database_description(),
         "mix": args.mix, "size": args.size, "namespaces": len(namespaces), "clients": args.clients, "mcp_clients": outcome["mcp_clients"],
-        "scheduler": not args.no_scheduler, "workers": args.workers, "embedding_batch": args.embedding_batch, "elapsed_s": outcome["elapsed_s"], "operations": ledger.operations,
+        "scheduler": not args.no_scheduler, "workers": args.workers, "embedding_batch": args.embedding_batch,
+        "elapsed_s": outcome["elapsed_s"], "operations": ledger.operations,
         "ops_per_s": ops_per_s, "errors": dict(ledger.errors), "embedding": ceiling,
         "ratio": ops_per_s / ceiling["passages_per_s"], "model_busy_s": model_busy, "per_operation": rows, "reads": reads, "writes": writes,
         "rss_mib": outcome["rss_mib"], "load_before": load_before, "load_after": load_after, "audit": audit,
