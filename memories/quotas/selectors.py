@@ -7,7 +7,7 @@ limit may still take a memory.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,12 +52,12 @@ class QuotaUse:
         }
 
 
-def quota_uses(*, namespaces: Namespaces = None, limited_only: bool = False) -> list[QuotaUse]:
+def quota_uses(*, namespaces: Collection[str] | None = None, limited_only: bool = False) -> list[QuotaUse]:
     """The quota use of every namespace that holds memories or has a quota of its own, within
     ``namespaces``, by name (``limited_only``: those with some limit)."""
     held = usage.counts_of(namespaces)
     names = set(held) | named_namespaces()
-    names = sorted(names if namespaces is None else names & namespaces)
+    names = sorted(names if namespaces is None else names & set(namespaces))
     quotas = quotas_for(names)
     uses = [QuotaUse(quotas[n], held.get(n) or usage.zero()) for n in names]
     return [use for use in uses if use.quota.limited or not limited_only]
