@@ -7,7 +7,7 @@ limit may still take a memory.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,7 @@ from bhgbrain_site.core.contracts import TIERS
 from memories.quotas import usage
 from memories.quotas.limits import Quota, named_namespaces, quotas_for
 
-Namespaces = frozenset[str] | None  # None: every namespace
+Namespaces = Collection[str] | None  # None: every namespace
 
 
 def _state(used: int, limit: int | None) -> str:
@@ -57,7 +57,7 @@ def quota_uses(*, namespaces: Namespaces = None, limited_only: bool = False) -> 
     ``namespaces``, by name (``limited_only``: those with some limit)."""
     held = usage.counts_of(namespaces)
     names = set(held) | named_namespaces()
-    names = sorted(names if namespaces is None else names & namespaces)
+    names = sorted(names if namespaces is None else names & set(namespaces))
     quotas = quotas_for(names)
     uses = [QuotaUse(quotas[n], held.get(n) or usage.zero()) for n in names]
     return [use for use in uses if use.quota.limited or not limited_only]
