@@ -15,7 +15,7 @@ from bhgbrain_site.core.contracts import TIERS
 from memories.quotas import usage
 from memories.quotas.limits import Quota, named_namespaces, quotas_for
 
-Namespaces = frozenset[str] | None  # None: every namespace
+Namespaces = Collection[str] | None  # None: every namespace
 
 
 def _state(used: int, limit: int | None) -> str:
