@@ -87,11 +87,12 @@ def _admit(quota: Quota, incoming: Mapping[str, int], actor: str, at: datetime) 
     plan = trim_plan(held, limits, incoming=incoming)
     if plan.fits:
         return
-    if plan.blocked is not None:
-        raise _exceeded(quota, held, plan.blocked, "nothing that may be trimmed would make room (T0 is never trimmed)")
-    breach = first_breach(held, incoming, limits) or Breach(None, limits.max_memories or 0)
+    breach = first_breach(held, incoming, limits) or plan.blocked or Breach(None, limits.max_memories or 0)
     if quota.policy != "trim" or _trimmer is None:
         raise _exceeded(quota, held, breach)
+    if plan.blocked is not None:
+        raise _exceeded(quota, held, plan.blocked, "trimming cannot make room: T0 is never trimmed, "
+                                                   "and a write never trims what it adds")
     removed = _trimmer(namespace=quota.namespace, take=plan.take, actor=actor, at=at)
     if removed < sum(plan.take.values()):
         raise _exceeded(quota, held, breach, "too few memories could be trimmed")
