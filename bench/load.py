@@ -89,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1, help="server worker processes; default 1")
     parser.add_argument("--embedding-batch", type=int, default=None,
                         help="the server's embedding.batch_max (default: the config's own default)")
+    parser.add_argument("--embedding-threads", type=int, default=None,
+                        help="the server's embedding.threads (default: the config's own default)")
     parser.add_argument("--embed-seconds", type=float, default=10.0, help="how long to time the model alone")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary store (its path is printed)")
@@ -421,6 +423,21 @@ def database_audit(ledger: Ledger) -> dict[str, Any]:
             "full_text_rows": text_rows, "problems": problems}
 
 
+async def _miss_details(url: str, memory_id: str, content: str, namespace: str, mode: str) -> str:
+    """Why a search missed: asked again on new connections (another worker may answer), with the
+    best hits' ids and scores, so a missing index row is told apart from a ranking miss."""
+    seen: list[str] = []
+    for _ in range(4):
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            body = (await client.post("/tool/search", json={"query": content[:500], "namespace": namespace,
+                                                            "mode": mode, "limit": 50})).json()
+        results = body.get("results", [])
+        ids = [r["id"] for r in results]
+        seen.append(f"rank {ids.index(memory_id) + 1}" if memory_id in ids else
+                    f"absent, best {[(r['id'][:8], round(r.get('score', 0), 3)) for r in results[:3]]}")
+    return "; ".join(seen)
+
+
 async def index_audit(url: str, ledger: Ledger, sample: int, seed: int) -> list[str]:
     """The server's in-process indexes agree with the database: a sample of acknowledged ADDs is
     found by full-text and semantic search, forgotten memories never come back."""
@@ -435,7 +452,8 @@ async def index_audit(url: str, ledger: Ledger, sample: int, seed: int) -> list[
                 body = (await client.post("/tool/search", json={"query": content[:500], "namespace": namespace,
                                                                 "mode": mode, "limit": 50})).json()
                 if memory_id not in {r["id"] for r in body.get("results", [])}:
-                    problems.append(f"{mode} search does not find acknowledged memory {memory_id}")
+                    problems.append(f"{mode} search does not find acknowledged memory {memory_id}"
+                                    f" ({await _miss_details(url, memory_id, content, namespace, mode)})")
         for memory_id, content in rng.sample(gone, min(sample, len(gone))):
             body = (await client.post("/tool/search", json={"query": content[:500], "namespace": ledger.forgotten[memory_id],
                                                             "mode": "hybrid", "limit": 50})).json()
@@ -454,7 +472,8 @@ def report(result: dict[str, Any]) -> None:
     print(f"store: {result['size']} memories preloaded in {result['namespaces']} namespaces ({result['database']}); "
           f"{result['clients']} clients ({result['mcp_clients']} MCP, {result['clients'] - result['mcp_clients']} HTTP) "
           f"for {result['elapsed_s']:.0f} s, {result['mix']} mix; scheduler {'on' if result['scheduler'] else 'off'}; "
-          f"{result['workers']} worker(s); embedding.batch_max {result['embedding_batch'] or 'default'}")
+          f"{result['workers']} worker(s); embedding.batch_max {result['embedding_batch'] or 'default'}, "
+          f"embedding.threads {result.get('embedding_threads') or 'default'}")
     print(f"\nthroughput: {result['ops_per_s']:.1f} operations/s ({result['operations']} in {result['elapsed_s']:.1f} s); "
           f"errors: {sum(result['errors'].values())}")
     print(f"embedding model alone ({ceiling['threads']:.0f} threads, mean of before and after the run): "
@@ -499,10 +518,12 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
     for name in ("httpx", "httpx2", "mcp"):
         logging.getLogger(name).setLevel(logging.WARNING)  # not a line per request
     rng, sentences, namespaces = preload_store(home, args, metrics=True)  # metrics: the model's busy time
+    config = json.loads((home / "config.json").read_text())
     if args.embedding_batch is not None:
-        config = json.loads((home / "config.json").read_text())
         config.setdefault("embedding", {})["batch_max"] = args.embedding_batch
-        (home / "config.json").write_text(json.dumps(config))
+    if args.embedding_threads is not None:
+        config.setdefault("embedding", {})["threads"] = args.embedding_threads
+    (home / "config.json").write_text(json.dumps(config))
     fresh_sentences = lat.make_sentences(1500, random.Random(args.seed + 1), exclude=sentences)
     questions = lat.make_questions(5000, rng)  # mostly distinct: a query cache must not flatter the numbers
     ceiling_before = embedding_ceiling(fresh_sentences, args.embed_seconds)
@@ -536,7 +557,7 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
         "machine": lat.machine_info(), "revision": lat.product_revision(), "database": lat.database_description(),
         "mix": args.mix, "size": args.size, "namespaces": len(namespaces), "clients": args.clients, "mcp_clients": outcome["mcp_clients"],
         "scheduler": not args.no_scheduler, "workers": args.workers, "embedding_batch": args.embedding_batch,
-        "elapsed_s": outcome["elapsed_s"], "operations": ledger.operations,
+        "embedding_threads": args.embedding_threads, "elapsed_s": outcome["elapsed_s"], "operations": ledger.operations,
         "ops_per_s": ops_per_s, "errors": dict(ledger.errors), "embedding": ceiling,
         "ratio": ops_per_s / ceiling["passages_per_s"], "model_busy_s": model_busy, "per_operation": rows, "reads": reads, "writes": writes,
         "rss_mib": outcome["rss_mib"], "load_before": load_before, "load_after": load_after, "audit": audit,

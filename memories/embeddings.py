@@ -81,13 +81,24 @@ def _unit(vector: np.ndarray) -> np.ndarray:
     return vector / norm if norm > 0 else vector
 
 
-def default_threads() -> int:
-    """The CPUs this process may run on, at most 4 (a 50-token passage stops scaling there)."""
+def default_threads(workers: int | None = None) -> int:
+    """The CPUs this process may run on, shared out among the server's worker processes (each
+    holds its own model), at most 4 (a 50-token passage stops scaling there). ``workers``: the
+    server's (``settings.BHGBRAIN_WORKERS``) unless given.
+
+    Two workers on two cores with a 2-thread team each ran 4 OpenMP threads on 2 cores: a team
+    whose thread is preempted stalls at every barrier. One thread each measured 28.7-29.5
+    operations/s instead of 24.6 and read p99 220-239 ms instead of 312 (bench/load.py,
+    PostgreSQL, 2 workers, docs/performance.md)."""
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         usable = os.cpu_count() or 1
-    return max(1, min(4, usable))
+    if workers is None:
+        from django.conf import settings
+
+        workers = getattr(settings, "BHGBRAIN_WORKERS", 1) if settings.configured else 1
+    return max(1, min(4, usable // max(1, workers)))
 
 
 @dataclass(frozen=True)

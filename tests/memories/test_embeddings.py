@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -184,6 +185,24 @@ def test_local_model_threads_come_from_the_config() -> None:
     assert 1 <= LocalE5Embedder(EmbeddingConfig()).threads == default_threads() <= 4
     with pytest.raises(ValidationError):
         EmbeddingConfig(threads=0)
+
+
+def test_workers_share_out_the_cores_between_their_models(monkeypatch: pytest.MonkeyPatch,
+                                                           settings: Any) -> None:
+    """Each worker process holds its own model: by default their teams together fit the cores."""
+    from memories.embeddings import LocalE5Embedder, default_threads
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(8)))
+    assert default_threads(1) == 4  # at most 4 for one process
+    assert default_threads(2) == 4
+    assert default_threads(4) == 2
+    assert default_threads(16) == 1  # never none
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    assert default_threads(1) == 2
+    assert default_threads(2) == 1
+    settings.BHGBRAIN_WORKERS = 2
+    assert LocalE5Embedder(EmbeddingConfig()).threads == 1
+    assert LocalE5Embedder(EmbeddingConfig(threads=2)).threads == 2  # the config's own number wins
 
 
 _TEAM_PROBE = """
