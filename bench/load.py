@@ -91,6 +91,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the server's embedding.batch_max (default: the config's own default)")
     parser.add_argument("--embedding-threads", type=int, default=None,
                         help="the server's embedding.threads (default: the config's own default)")
+    parser.add_argument("--audit-sample", type=int, default=40,
+                        help="acknowledged and forgotten memories searched for after the run; default 40 of each")
     parser.add_argument("--embed-seconds", type=float, default=10.0, help="how long to time the model alone")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary store (its path is printed)")
@@ -544,7 +546,7 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
         model_busy = {kind: model_seconds(url).get(kind, 0.0) - model_before.get(kind, 0.0) for kind in ("query", "passage")}
         load_after = load_average()
         audit = database_audit(ledger)
-        audit["problems"] += asyncio.run(index_audit(url, ledger, 40, args.seed))
+        audit["problems"] += asyncio.run(index_audit(url, ledger, args.audit_sample, args.seed))
     finally:
         stop_server(proc)
     # the model alone again, after the run: the ratio uses the mean of both (a shared VM drifts)
