@@ -11,6 +11,7 @@ from bhgbrain_site.core.contracts import (
     COLLECTION_MAX,
     DEVICE_ID_MAX,
     EVENT_STATUSES,
+    FACT_KEY_MAX,
     MEMORY_TYPES,
     MESSAGE_ID_MAX,
     NAMESPACE_MAX,
@@ -38,7 +39,9 @@ class Operation(models.TextChoices):
 
 
 class ConversationFields(models.Model):
-    """A message of a thread and an event's validity: on live and on archived memories alike."""
+    """A message of a thread, an event's validity, and a fact's place in time (``valid_from`` ..
+    ``valid_until``, ``superseded_by`` its successor, ``fact_key`` its slot): on live and on
+    archived memories alike. A memory is current while ``superseded_by`` is empty."""
 
     thread = models.CharField(max_length=THREAD_MAX, null=True, blank=True)
     speaker = models.CharField(max_length=SPEAKER_MAX, null=True, blank=True)
@@ -47,12 +50,16 @@ class ConversationFields(models.Model):
     event_at = models.DateTimeField(null=True, blank=True)
     valid_until = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=EventStatus.choices, null=True, blank=True)
+    valid_from = models.DateTimeField(null=True, blank=True)  # written on every insert; null reads as created_at
+    superseded_by = models.UUIDField(null=True, blank=True)
+    fact_key = models.CharField(max_length=FACT_KEY_MAX, null=True, blank=True)
 
     class Meta:
         abstract = True
 
 
-CONVERSATION_FIELDS = ("thread", "speaker", "occurred_at", "message_id", "event_at", "valid_until", "status")
+CONVERSATION_FIELDS = ("thread", "speaker", "occurred_at", "message_id", "event_at", "valid_until", "status",
+                       "valid_from", "superseded_by", "fact_key")
 
 
 class Memory(ConversationFields):
@@ -114,6 +121,9 @@ class Memory(ConversationFields):
             models.Index(fields=["namespace"], condition=Q(archived=False, vector_synced=False),
                          name="idx_live_unsynced"),
             models.Index(fields=["namespace"], condition=Q(archived=False, stale=True), name="idx_live_stale"),
+            models.Index(fields=["namespace", "fact_key", "valid_from"], condition=Q(fact_key__isnull=False),
+                         name="idx_memories_fact_key"),
+            models.Index(fields=["superseded_by"], condition=Q(superseded_by__isnull=False), name="idx_memories_superseded"),
         ]
         constraints = [
             # one live copy of a fact; threaded messages are events: the same words may be said twice
@@ -132,6 +142,12 @@ class Memory(ConversationFields):
                 fields=["namespace", "message_id"], condition=Q(message_id__isnull=False), name="uniq_message_id",
             ),
             models.CheckConstraint(condition=Q(importance__gte=0) & Q(importance__lte=1), name="memory_importance_0_1"),
+            # one current fact per key and namespace; the superseded ones are its history
+            models.UniqueConstraint(
+                fields=["namespace", "fact_key"],
+                condition=Q(archived=False, fact_key__isnull=False, superseded_by__isnull=True),
+                name="uniq_current_fact_key",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -40,6 +40,7 @@ DEVICE_ID_MAX: Final = 64
 THREAD_MAX: Final = 200  # characters of a thread id (the client's, scoped to the namespace)
 SPEAKER_MAX: Final = 100
 MESSAGE_ID_MAX: Final = 200  # characters of a message id (the idempotency key of a threaded write)
+FACT_KEY_MAX: Final = 200  # characters of a fact key (a namespace-scoped slot: "alice/home-city")
 THREAD_BATCH_MAX: Final = 500  # messages one thread_append call may carry
 CONTEXT_TURNS_MAX: Final = 5  # neighbouring turns a search or recall result may carry (with_context)
 ERROR_ECHO_MAX: Final = 200  # characters of a client-supplied name quoted back in an error
