@@ -350,3 +350,20 @@ def test_the_cleanup_trims_a_tier_over_its_namespace_budget_only_in_that_tier(ha
     assert cleanup.retention_cleanup(tier="T2").quota_trimmed == {}  # another tier asked: T3 untouched
     assert cleanup.retention_cleanup().quota_trimmed == {"alpha": 2}
     assert set(map(str, Memory.objects.filter(namespace="alpha").values_list("id", flat=True))) == {t3[2], *t2}
+
+
+def test_an_import_that_cannot_fit_is_refused_whole_and_duplicates_do_not_count(hash_embedder, bhg_config) -> None:
+    from memories.interop.bootstrap import profile_import
+
+    remember("Alice prefers tea in the morning.", namespace="alpha")
+    text = ("Alice prefers tea in the morning.\n\nThe build runs on Fridays.\n\n"
+            "Deploys go through the staging cluster first.\n\nThe on-call rota changes weekly.")
+    _quota(bhg_config, "alpha", max_memories=3, on_quota_exceeded="reject")
+    with pytest.raises(QuotaExceeded) as raised:
+        profile_import(namespace="alpha", fmt="freeform", content=text, dry_run=False, actor="test")
+    assert "the import would add 3; nothing was stored" in raised.value.message
+    assert Memory.objects.filter(namespace="alpha").count() == 1  # not stopped half-way
+    _quota(bhg_config, "alpha", max_memories=4, on_quota_exceeded="reject")  # room for the 3 new ones
+    done = profile_import(namespace="alpha", fmt="freeform", content=text, dry_run=False, actor="test")
+    assert (done["memories_created"], done["duplicates_skipped"]) == (3, 1)
+    assert Memory.objects.filter(namespace="alpha").count() == 4
