@@ -286,7 +286,7 @@ def _insert(prep: Prepared, actor: str, now: datetime, dedup_target: Memory | No
         closed += chains.place_by_key(memory, write, actor=actor, at=now, reason="dedup" if same_slot else "key")
     else:
         write()
-    if dedup_target is not None and dedup_target.id not in closed:
+    if dedup_target is not None and dedup_target.id not in closed and memory.superseded_by is None:
         closed += chains.supersede_loaded([dedup_target.id], memory, actor=actor, reason="dedup", at=now)
     if prep.data.supersedes:
         closed += chains.supersede_loaded(prep.data.supersedes, memory, actor=actor, reason="explicit", at=now)

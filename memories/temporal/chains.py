@@ -82,10 +82,11 @@ def _locked(ids: Sequence[uuid.UUID], namespace: str) -> list[Memory]:
 
 def supersede_loaded(older_ids: Sequence[uuid.UUID | str], newer: Memory, *, actor: str, reason: str,
                      at: datetime) -> list[uuid.UUID]:
-    """:func:`supersede` inside a transaction that already holds ``newer`` (saved) and its
+    """:func:`supersede` inside a transaction that holds ``newer`` (saved); takes its
     namespace's lock. Returns the ids this call closed (one already superseded by ``newer`` is
     left as it is; one superseded by another memory is a CONFLICT: supersede its current version)."""
     ids = _parse_ids(older_ids)
+    lock_namespace(newer.namespace)  # held already by a keyed write; the same lock again is free
     if newer.id in ids:
         raise InvalidInput(f"supersedes: memory {newer.id} cannot supersede itself", field="supersedes")
     rows = _locked(ids, newer.namespace)

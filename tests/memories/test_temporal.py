@@ -292,3 +292,11 @@ def test_forgetting_a_middle_version_links_its_neighbours(hash_embedder) -> None
     memory_forget(memory_id=lyon.id, namespace="global", actor="test")
     assert (str(_row(paris.id).superseded_by), _row(paris.id).valid_until) == (berlin.id, APR)
     assert _chain_ids(berlin.id) == [paris.id, berlin.id]
+
+
+def test_a_backdated_dedup_version_of_a_keyed_fact_goes_into_the_history(e5) -> None:
+    first = remember("The mobile release ships on Monday", key="mobile/release-day", valid_from=MAR)
+    older = remember("The mobile release ships on Monday at noon", valid_from=JAN)
+    assert (older.operation, older.key, older.superseded_by) == ("UPDATE", "mobile/release-day", first.id)
+    assert _row(first.id).superseded_by is None
+    assert _chain_ids(first.id) == [older.id, first.id]
