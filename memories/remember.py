@@ -180,6 +180,22 @@ def _live_duplicate(namespace: str, checksum: str) -> Memory | None:
     return next(iter(rows.defer("embedding")[:1]), None)
 
 
+def _known_version(prep: Prepared) -> Memory | None:
+    """A superseded version that says what this write says, when the write cannot mean to bring it
+    back: without key, supersedes or valid_from the same text again is a retry (NOOP, as before
+    facts had versions; to bring an old fact back, name what it replaces or its key); with a key
+    and a start, the same text at the same start of that key is that version again."""
+    data = prep.data
+    rows = Memory.objects.filter(namespace=data.namespace, checksum=prep.checksum, archived=False,
+                                 thread__isnull=True, superseded_by__isnull=False).defer("embedding")
+    if not _links(data) and data.valid_from is None:
+        return rows.order_by("-created_at").first()
+    start = data.valid_from or data.occurred_at
+    if data.key and not data.supersedes and start is not None:
+        return rows.filter(fact_key=data.key, valid_from=start).first()
+    return None
+
+
 def _wants_tier_change(prep: Prepared, memory: Memory) -> bool:
     """An explicit tier that differs turns a duplicate into an UPDATE (the seed's manual promotion)."""
     return bool(prep.data.retention_tier) and prep.data.retention_tier != memory.retention_tier
@@ -433,6 +449,9 @@ def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
             locked = Memory.objects.select_for_update().filter(pk=existing.pk).first()
             if locked is not None:
                 return _restated(locked, prep, actor, timezone.now())
+    known = _known_version(prep) if existing is None else None
+    if known is not None:
+        return result(known, Operation.NOOP)
     vector, embedder = embed_or_degrade(prep.content)
     prep = dataclasses.replace(prep, vector=vector, embedder=embedder)
     ensure_collection(data.namespace, data.collection, embedder if vector is not None else None)

@@ -300,3 +300,23 @@ def test_a_backdated_dedup_version_of_a_keyed_fact_goes_into_the_history(e5) -> 
     assert (older.operation, older.key, older.superseded_by) == ("UPDATE", "mobile/release-day", first.id)
     assert _row(first.id).superseded_by is None
     assert _chain_ids(first.id) == [older.id, first.id]
+
+
+# --------------------------------------------------------------------------- retries
+
+
+def test_the_text_of_a_superseded_fact_again_is_a_noop_unless_it_names_its_place(hash_embedder) -> None:
+    kong = remember("The API gateway is Kong", valid_from=JAN)
+    envoy = remember("The API gateway is Envoy", valid_from=MAR, supersedes=(kong.id,))
+    retry = remember("The API gateway is Kong")  # an old request sent again: nothing new
+    assert (retry.operation, retry.id, retry.as_dict()["current"], retry.superseded_by) == ("NOOP", kong.id, False, envoy.id)
+    back = remember("The API gateway is Kong", supersedes=(envoy.id,))  # brought back on purpose
+    assert back.operation == "ADD" and back.id != kong.id and back.superseded == (envoy.id,)
+
+
+def test_a_keyed_version_sent_again_is_a_noop(hash_embedder) -> None:
+    paris = remember("Alice lives in Paris", key=KEY, valid_from=JAN)
+    berlin = remember("Alice lives in Berlin", key=KEY, valid_from=MAR)
+    again = remember("Alice lives in Paris", key=KEY, valid_from=JAN)
+    assert (again.operation, again.id) == ("NOOP", paris.id)
+    assert _chain_ids(berlin.id) == [paris.id, berlin.id]
