@@ -44,6 +44,7 @@ from memories.dedup import Relation, compare, semantic_match
 from memories.embeddings import Embedder, get_embedder, to_bytes
 from memories.models import Collection, Memory, MemoryRevision, Operation
 from memories.pipeline import normalize, tiers
+from memories.quotas.admission import lock_namespace
 from memories.selectors import iso
 from memories.temporal import chains
 from memories.temporal.keys import normalise_key
@@ -408,6 +409,9 @@ def _write(prep: Prepared, duplicate: Memory | None, actor: str) -> RememberResu
     if match and match[1] == Operation.NOOP and not _wants_tier_change(prep, match[0]) and not _links(prep.data):
         return result(match[0], Operation.NOOP)
     with transaction.atomic():
+        if _links(prep.data) or (match and match[1] == Operation.UPDATE):
+            # a chain may change: the namespace's lock before any row lock, the order every chain writer keeps
+            lock_namespace(prep.data.namespace)
         duplicate = _live_duplicate(prep.data.namespace, prep.checksum)
         if duplicate is not None and not _wants_tier_change(prep, duplicate):
             return _restated(duplicate, prep, actor, now)
@@ -446,6 +450,7 @@ def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
         if not _links(prep.data):
             return result(existing, Operation.NOOP)  # before any embedding work
         with transaction.atomic():
+            lock_namespace(data.namespace)  # before the row lock (memories/temporal/chains.py)
             locked = Memory.objects.select_for_update().filter(pk=existing.pk).first()
             if locked is not None:
                 return _restated(locked, prep, actor, timezone.now())
