@@ -32,7 +32,7 @@ def live_memory(memory_id: str, namespace: str | None) -> Memory:
 
 
 def _namespace_of(memory_id: str) -> str:
-    """The namespace of a memory, read without a lock ("" when there is none: nothing to lock)."""
+    """The namespace of a memory, read without a lock ("" when there is none)."""
     found = Memory.objects.filter(pk=parse_memory_id(memory_id)).values_list("namespace", flat=True).first()
     return found or ""
 
@@ -40,7 +40,9 @@ def _namespace_of(memory_id: str) -> str:
 def memory_forget(*, memory_id: str, namespace: str | None, actor: str) -> dict[str, Any]:
     """Permanently delete one live memory (scoped to ``namespace`` when given)."""
     with transaction.atomic():
-        lock_namespace(namespace or _namespace_of(memory_id))  # before the row lock (memories/temporal/chains.py)
+        lock_scope = namespace or _namespace_of(memory_id)
+        if lock_scope:  # before the row lock (memories/temporal/chains.py); no memory, nothing to lock
+            lock_namespace(lock_scope)
         memory = live_memory(memory_id, namespace)
         now = timezone.now()
         audit = funnel.Audit("FORGET", actor, {"summary": memory.summary, "tier": memory.retention_tier})
