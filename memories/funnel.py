@@ -49,6 +49,7 @@ INDEXED_FIELDS = frozenset({
     "namespace", "collection", "type", "category", "content", "summary", "tags", "source", "importance",
     "retention_tier", "expires_at", "decay_eligible", "archived", "device_id", "embedding", "embedding_model",
     "created_at", "thread", "speaker", "occurred_at", "message_id", "event_at", "valid_until", "status",
+    "valid_from", "superseded_by", "fact_key",
 })
 # Fields that only move when a memory stops being searchable: a change to nothing else indexed
 # appends an EXPIRY feed row, which every process applies by reading these two columns (an
