@@ -17,6 +17,7 @@ from datetime import UTC, datetime, time
 from typing import Any
 
 from memories.models import Memory
+from memories.temporal import fact_chain, valid_start
 from search.scored import Scored
 
 _BARE_DATE = re.compile(r"^\s*(\d{4})-(\d{2})-(\d{2})\s*$")
@@ -54,14 +55,9 @@ def in_utc(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def valid_from(memory: Memory) -> datetime:
-    """When the memory's fact became true (null reads as its creation)."""
-    return memory.valid_from or memory.created_at
-
-
 def valid_at(memory: Memory, moment: datetime) -> bool:
     """Whether the memory was valid at ``moment``: valid_from <= moment < valid_until."""
-    return valid_from(memory) <= moment and (memory.valid_until is None or memory.valid_until > moment)
+    return valid_start(memory) <= moment and (memory.valid_until is None or memory.valid_until > moment)
 
 
 def is_current(memory: Memory) -> bool:
@@ -71,7 +67,7 @@ def is_current(memory: Memory) -> bool:
 def temporal_fields(memory: Memory) -> dict[str, Any]:
     """What every result item says about the memory's place in time."""
     return {
-        "valid_from": valid_from(memory),
+        "valid_from": valid_start(memory),
         "valid_until": memory.valid_until,
         "superseded_by": None if memory.superseded_by is None else str(memory.superseded_by),
         "key": memory.fact_key,
@@ -89,8 +85,6 @@ def with_predecessors(memory_ids: Sequence[uuid.UUID], *, namespace: str) -> set
 
 def _chain_of(item: Scored, namespace: str) -> list[Memory]:
     """The item's fact chain, oldest first (the item alone when it has no other version)."""
-    from memories.temporal import fact_chain  # TEMP until t-core is merged
-
     assert item.memory is not None
     return fact_chain(item.memory.id, namespaces=[namespace])
 
