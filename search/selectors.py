@@ -115,9 +115,12 @@ def _qdrant() -> QdrantVectorIndex | None:
     return index if isinstance(index, QdrantVectorIndex) else None
 
 
-def fulltext_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]:
-    """BM25-ranked memories, each scored against the query's best (0..1)."""
-    return _text_scored(_bm25_hits(query, namespace=namespace, collection=collection, limit=limit, now=now))
+def fulltext_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime,
+                  superseded: bool = False) -> list[Scored]:
+    """BM25-ranked memories (current facts; ``superseded``: the superseded ones), each scored
+    against the query's best (0..1)."""
+    return _text_scored(_bm25_hits(query, namespace=namespace, collection=collection, limit=limit, now=now,
+                                   superseded=superseded))
 
 
 def _bm25_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime,

@@ -259,3 +259,10 @@ def test_a_bad_as_of_is_invalid_input(hash_embedder, tool: str, as_of: str) -> N
     with pytest.raises(InvalidInput) as caught:
         call_tool(tool, {"query": "Alice", "as_of": as_of}, CTX)
     assert "as_of" in caught.value.message
+
+
+def test_the_console_search_finds_superseded_versions_too(hash_embedder) -> None:
+    from search.console import memory_ids_ranked
+
+    chain = alice_chain()
+    assert chain.paris in memory_ids_ranked(query="Canal Saint-Martin", namespaces=["global"], limit=10)
