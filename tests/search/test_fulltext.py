@@ -356,7 +356,7 @@ def test_update_merge_reindexes_new_content(merge_embedder) -> None:
     assert str(Memory.objects.get(pk=first.id).superseded_by) == second.id
     assert ids(ft("jwt expiry")) == [second.id]
     assert ids(fulltext_hits("auth", namespace="global", collection=None, limit=5, now=timezone.now(),
-                             superseded=True)) == [first.id]
+                             versions="superseded")) == [first.id]
 
 
 def test_update_with_new_tags_reindexes_tags(merge_embedder) -> None:
