@@ -31,6 +31,7 @@ from memories.embeddings import from_bytes, get_embedder
 from memories.indexes import hnsw, sketch, snapshots
 from memories.indexes.base import InProcessIndex
 from memories.indexes.eligible import Eligible
+from memories.indexes.partitions import Versions, partition_of, partitions, rows_in
 from memories.indexes.row_ids import RowIds, opened_ids
 from memories.indexes.vector_capture import VectorCapture
 from memories.indexes.vector_rows import VectorRows
@@ -38,7 +39,7 @@ from memories.indexes.vectors import StoredPoint, VectorHit, VectorIndex, live_u
 from memories.models import Memory
 
 _FIELDS = ("id", "namespace", "collection", "expires_at", "decay_eligible", "archived", "embedding", "embedding_model",
-           "thread")
+           "thread", "superseded_by")
 
 
 class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
@@ -105,8 +106,8 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
         if not memory.archived and memory.embedding is not None and memory.embedding_model == self.model_id:
             vector = from_bytes(memory.embedding)
             if vector.shape[0] == self.dimensions:
-                self._put(str(memory.id), vector, memory.namespace, memory.collection, live_until(memory),
-                          bool(memory.thread))
+                self._put(str(memory.id), vector, partition_of(memory.namespace, memory.superseded_by),
+                          memory.collection, live_until(memory), bool(memory.thread))
                 return
         self._drop(str(memory.id))
 
@@ -114,16 +115,16 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
 
     def _load_rows(self) -> None:
         rows = Memory.objects.filter(archived=False, embedding_model=self.model_id, embedding__isnull=False)
-        fields = ("id", "namespace", "collection", "expires_at", "decay_eligible", "embedding", "thread")
+        fields = ("id", "namespace", "collection", "expires_at", "decay_eligible", "embedding", "thread", "superseded_by")
         self._rows.reserve(rows.count())
         # Streamed: holding every row's blob at once would double the peak memory of the load.
-        for memory_id, namespace, collection, expires_at, decay_eligible, blob, thread in rows.values_list(
+        for memory_id, namespace, collection, expires_at, decay_eligible, blob, thread, successor in rows.values_list(
             *fields
         ).iterator(chunk_size=2000):
             vector = from_bytes(blob)
             if vector.shape[0] == self.dimensions:
-                self._put(str(memory_id), vector, namespace, collection, until_of(decay_eligible, expires_at),
-                          bool(thread))
+                self._put(str(memory_id), vector, partition_of(namespace, successor), collection,
+                          until_of(decay_eligible, expires_at), bool(thread))
 
     def _ready(self) -> None:
         if self.loaded_from == "database" and self._rows.largest_partition() >= sketch.SKETCH_MIN_ROWS:
@@ -142,7 +143,7 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
 
     def _snapshot_params(self) -> dict[str, object]:
         return {"index": "embedded-vector", "model_id": self.model_id, "dimensions": self.dimensions,
-                "sketch_dims": self._rows.sketch_dims}
+                "sketch_dims": self._rows.sketch_dims, "partitions": "superseded"}
 
     def _adopt(self, snapshot: snapshots.Capture) -> bool:
         ids = opened_ids(snapshot)
@@ -183,27 +184,29 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
 
     def search(
         self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime,
-        facts_only: bool = False, exact: bool = False,
+        facts_only: bool = False, exact: bool = False, versions: Versions = "current",
     ) -> list[VectorHit]:
         """Best ``limit`` live vectors (``facts_only``: no thread messages); ``exact`` skips the
-        sketch (what the sketch is measured against)."""
+        sketch (what the sketch is measured against); ``versions``: the namespace's current facts,
+        its superseded ones, or both (memories/indexes/partitions.py)."""
         with self._lock:
             self._catch_up()
             self._snapshot_when_due()
             rows = self._rows
-            ns_code = rows.codes.get("n:" + namespace)
-            if ns_code is None:
+            found = (rows.codes.get("n:" + name) for name in partitions(namespace, versions))
+            ns_codes = tuple(code for code in found if code is not None)
+            if not ns_codes:
                 return []
             top = rows.top
             coll_code = None if collection is None else rows.codes.get("c:" + collection, -2)
-            eligible = self._eligible_rows(ns_code, coll_code, facts_only, top, now.timestamp())
+            eligible = self._eligible_rows(ns_codes, coll_code, facts_only, top, now.timestamp())
             mask, candidates = eligible.mask, eligible.rows()
             if candidates.size == 0:
                 return []
             query = np.asarray(vector, dtype=np.float32)
             shortlist = None
             if not exact and candidates.size >= hnsw.ANN_MIN_ROWS and self._ann is not None:
-                pids = self._ann.partitions(ns_code, coll_code, facts_only)
+                pids = [pid for code in ns_codes for pid in self._ann.partitions(code, coll_code, facts_only)]
                 shortlist = self._ann.shortlist(query, pids, mask, candidates, sketch.shortlist_size(limit))
             if shortlist is not None:  # the graphs' best rows (and the small partitions'), re-scored exactly
                 candidates = shortlist
@@ -223,7 +226,7 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
             order = order[np.argsort(-scores[order], kind="stable")]
             return [VectorHit(rows.ids.get(int(candidates[i])) or "", float(scores[i])) for i in order]
 
-    def _eligible_rows(self, ns_code: int, coll_code: int | None, facts_only: bool, top: int,
+    def _eligible_rows(self, ns_codes: tuple[int, ...], coll_code: int | None, facts_only: bool, top: int,
                        now: float) -> Eligible:
         """The rows a search may return (in the namespace and collection, unexpired at ``now``,
         facts only if asked), as a mask and as row numbers: reused until a row is written or
@@ -232,14 +235,14 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
         rows = self._rows
 
         def select() -> np.ndarray:
-            mask = rows.ns[:top] == ns_code
+            mask = rows_in(rows.ns[:top], ns_codes)
             if coll_code is not None:
                 mask &= rows.coll[:top] == coll_code
             if facts_only:
                 mask &= ~rows.threaded[:top]
             return mask
 
-        return self._eligible.get((ns_code, coll_code, facts_only), (self._version, top), now, rows.live[:top], select)
+        return self._eligible.get((ns_codes, coll_code, facts_only), (self._version, top), now, rows.live[:top], select)
 
     def sync(self) -> int:
         """Replay the change feed now (searches do it anyway)."""

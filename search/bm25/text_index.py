@@ -38,6 +38,7 @@ from memories.analyzer import ANALYZER_VERSION
 from memories.indexes import snapshots
 from memories.indexes.base import InProcessIndex
 from memories.indexes.feed import raw_datetime, raw_uuid
+from memories.indexes.partitions import Versions, partition_of, partitions, rows_in
 from memories.indexes.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.indexes.vectors import until_of
 from search.bm25 import compiled
@@ -50,13 +51,13 @@ _SELECT = {
     # SQLite: the analyzed text FTS5 stores; PostgreSQL: the token arrays of memory_search
     # (tags already repeated there, so their column is empty).
     "sqlite": (
-        "SELECT f.memory_id, f.content, f.tags, f.context, m.namespace, m.collection, m.decay_eligible, m.expires_at "
-        "FROM memories_fts f JOIN memories m ON m.id = f.memory_id WHERE m.archived = %s",
+        "SELECT f.memory_id, f.content, f.tags, f.context, m.namespace, m.collection, m.decay_eligible, m.expires_at, "
+        "m.superseded_by FROM memories_fts f JOIN memories m ON m.id = f.memory_id WHERE m.archived = %s",
         "f.rowid",  # the FTS table's memory_id has no index: a feed tail's rows found by it scanned every row
     ),
     "postgresql": (
         "SELECT s.memory_id, array_to_string(s.tokens, ' '), '', array_to_string(s.context_tokens, ' '), "
-        "m.namespace, m.collection, m.decay_eligible, m.expires_at "
+        "m.namespace, m.collection, m.decay_eligible, m.expires_at, m.superseded_by "
         "FROM memory_search s JOIN memories m ON m.id = s.memory_id WHERE m.archived = %s",
         "s.memory_id",
     ),
@@ -162,9 +163,10 @@ class TextIndex(Primer, InProcessIndex):
         if row is not None and self._alive[row]:
             self._eligible.set_expiry(self._live, row, until)
 
-    def _ingest(self, rows: list[tuple]) -> None:
-        for memory_id, content, tags, context, namespace, collection, decay, expires in rows:
-            self._add(memory_id, content, tags, context or "", namespace, collection, until_of(decay, expires))
+    def _ingest(self, rows: list[tuple]) -> None:  # a superseded row goes to its namespace's superseded partition
+        for memory_id, content, tags, context, namespace, collection, decay, expires, successor in rows:
+            self._add(memory_id, content, tags, context or "", partition_of(namespace, successor), collection,
+                      until_of(decay, expires))
 
     # --- lifecycle hooks (memories/indexes/base.py) ----------------------------------------
 
@@ -199,26 +201,29 @@ class TextIndex(Primer, InProcessIndex):
 
     # --- searching ---------------------------------------------------------------------------
 
-    def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int) -> list[tuple[str, float]]:
+    def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int,
+               versions: Versions = "current") -> list[tuple[str, float]]:
+        """The best ``limit`` rows of the namespace's current facts, superseded ones, or both (``versions``)."""
         with self._lock:
             with self._discarded_on_failure():
                 self._follow_feed()
                 self._snapshot_when_due()
-                return self._score(terms, namespace, collection, now, limit)
+                return self._score(terms, partitions(namespace, versions), collection, now, limit)
 
-    def _score(self, terms: list[str], namespace: str, collection: str | None, now: datetime,
+    def _score(self, terms: list[str], namespaces: tuple[str, ...], collection: str | None, now: datetime,
                limit: int) -> list[tuple[str, float]]:
-        """BM25 with the namespace's own statistics (kept as rows change, not recounted per
-        query), the top ``limit`` found by MaxScore (search/bm25/topk.py)."""
-        ns_code = self._codes.get("n:" + namespace)
-        docs = self._ns_docs.get(ns_code) if ns_code is not None else None
-        if ns_code is None or docs is None or docs[0] <= 0:
+        """BM25 with the statistics of these partitions (a namespace's current facts, its superseded
+        ones, or both; kept as rows change, not recounted per query), the top ``limit`` found by
+        MaxScore (search/bm25/topk.py)."""
+        codes, docs = _partition_totals(self._codes, self._ns_docs, namespaces)
+        if not codes:
             return []
         n_docs, avgdl = int(docs[0]), avgdl_of(docs)
         stats, lists = self._stats, []
         for term in terms:
             parts = self._postings.parts(term)
-            df = sum(stats.doc_frequency(ns_code, key, rows, self._ns, self._alive, self._deaths) for key, rows, _ in parts)
+            df = sum(stats.doc_frequency(code, key, rows, self._ns, self._alive, self._deaths)
+                     for code in codes for key, rows, _ in parts)
             if df == 0:
                 continue
             idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
@@ -230,26 +235,27 @@ class TextIndex(Primer, InProcessIndex):
         bm25 = Bm25(self.k1, self.b, avgdl)
         coll_code = None if collection is None else self._codes.get("c:" + collection, -2)
         dl = np.frombuffer(self._dl, dtype=np.float32)
-        best, scores = compiled.best(lists, bm25, dl, self._eligible_rows(ns_code, coll_code, now.timestamp()), limit)
+        best, scores = compiled.best(lists, bm25, dl, self._eligible_rows(codes, coll_code, now.timestamp()), limit)
         return [(self._row_ids.get(i) or "", float(score)) for i, score in zip(best.tolist(), scores.tolist(), strict=True)]
 
-    def _eligible_rows(self, ns_code: int, coll_code: int | None, now: float) -> np.ndarray:
-        """Rows a search may return (live, in the namespace and collection, unexpired at ``now``),
+    def _eligible_rows(self, ns_codes: tuple[int, ...], coll_code: int | None, now: float) -> np.ndarray:
+        """Rows a search may return (live, in the partitions and collection, unexpired at ``now``),
         reused until a row changes or one of them expires."""
         def select() -> np.ndarray:
-            mask = (np.frombuffer(self._alive, dtype=np.int8) != 0) & (np.frombuffer(self._ns, dtype=np.int32) == ns_code)
+            mask = (np.frombuffer(self._alive, dtype=np.int8) != 0) & rows_in(np.frombuffer(self._ns, dtype=np.int32), ns_codes)
             if coll_code is not None:
                 mask &= np.frombuffer(self._coll, dtype=np.int32) == coll_code
             return mask
 
-        return self._eligible.get((ns_code, coll_code), self._version, now, np.frombuffer(self._live, dtype=np.float64),
+        return self._eligible.get((ns_codes, coll_code), self._version, now, np.frombuffer(self._live, dtype=np.float64),
                                   select).mask
 
     # --- snapshots -----------------------------------------------------------------------------
 
     def _snapshot_params(self) -> dict[str, object]:
         return {"index": "bm25", "analyzer": ANALYZER_VERSION, "vendor": connection.vendor, "k1": self.k1,
-                "b": self.b, "tag_weight": self.tag_weight, "context_weight": self.context_weight}
+                "b": self.b, "tag_weight": self.tag_weight, "context_weight": self.context_weight,
+                "partitions": "superseded"}
 
     def _adopt(self, snapshot: snapshots.Capture) -> bool:
         arrays, terms = snapshot.arrays, snapshot.texts.get("terms", [])
@@ -319,7 +325,7 @@ class TextIndex(Primer, InProcessIndex):
         """The BM25 ranking of the rows held now, without reading the change feed (a search
         catches up first, then scores)."""
         with self._lock:
-            return self._score(terms, namespace, collection, now, limit)
+            return self._score(terms, (namespace,), collection, now, limit)
 
     def posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
         """The term's whole posting list (rows, float32 tfs), copied: for brute-force references."""
@@ -365,6 +371,13 @@ class TextIndex(Primer, InProcessIndex):
         return self._postings
 
 
+def _partition_totals(codes: dict[str, int], ns_docs: dict[int, list[float]],
+                      names: tuple[str, ...]) -> tuple[tuple[int, ...], list[float]]:
+    """The codes of the named partitions that hold live rows, and their rows and total length together."""
+    found = tuple(code for code in (codes.get("n:" + name) for name in names) if code is not None and ns_docs.get(code, [0])[0] > 0)
+    return found, [sum(ns_docs[code][i] for code in found) for i in (0, 1)]
+
+
 def _namespace_totals(alive_flags: array, ns_codes: array, lengths: array) -> dict[int, list[float]]:
     """Each namespace's live rows and their total length, from the per-row arrays (an opened snapshot's)."""
     alive = np.frombuffer(alive_flags, dtype=np.int8) != 0
@@ -388,9 +401,9 @@ def _signature(*fields: str) -> int:
 def _typed(rows: list[tuple]) -> list[tuple]:
     """SQLite returns datetimes as text and booleans as ints through a raw cursor."""
     out = []
-    for raw_id, content, tags, context, namespace, collection, decay, expires in rows:
+    for raw_id, content, tags, context, namespace, collection, decay, expires, successor in rows:
         out.append((str(raw_uuid(raw_id)), content, tags, context, namespace, collection, bool(decay),
-                    raw_datetime(expires)))
+                    raw_datetime(expires), None if successor is None else raw_uuid(successor)))
     return out
 
 
