@@ -1,0 +1,95 @@
+"""Fact chains in the retention lifecycle (issue 42): what goes to the archive with a memory, and
+where an archived version goes when it is restored.
+
+A chain is the versions of one fact linked by ``superseded_by`` (each version names its direct
+successor; memories/temporal keeps them). The rules kept here:
+
+- **A version in a chain is archived, never deleted**: whatever ``archive_before_delete``
+  says, a memory that was superseded, or that superseded another, is copied whole into the
+  archive before it leaves the live store (expiry, budget and quota trims, "archive now").
+- **The older versions never outlive their successor**: superseded facts age by their own
+  tier's rules and may go first; when a version leaves the live store, the live versions it
+  superseded (directly or further back) go with it, archived in the same transaction and
+  audited ``FORGET`` with reason ``successor_archived``. So the live part of a chain is always
+  its newest part, its older part is in the archive, and no live memory is superseded by a
+  memory that is gone. The ``superseded_by`` pointers are copied into the archive as they are.
+- **A restored version goes back to its place** (:func:`restore_place`): it keeps its validity
+  and its successor pointer (a restore never makes a superseded fact current again); one that
+  was current when archived becomes current again unless a live current fact now holds its
+  key, in which case it goes into that key's history at its place by ``valid_from``.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from memories.models import Memory
+from retention.models import ArchivedMemory
+
+CASCADE_REASON = "successor_archived"
+
+
+def predecessors(memories: Sequence[Memory]) -> list[Memory]:
+    """The live memories that ``memories`` superseded, directly or further back, not among them;
+    locked for update (call inside the transaction that removes them), oldest first."""
+    seen = {m.id for m in memories}
+    frontier, found = set(seen), []
+    while frontier:
+        rows = list(Memory.objects.select_for_update().filter(superseded_by__in=frontier).exclude(id__in=seen))
+        found.extend(rows)
+        frontier = {m.id for m in rows}
+        seen |= frontier
+    return sorted(found, key=lambda m: (m.valid_from or m.created_at, str(m.id)))
+
+
+def chained(memories: Sequence[Memory]) -> set[uuid.UUID]:
+    """The ids among ``memories`` that belong to a chain: superseded, or the successor of another
+    of ``memories`` or of any live memory."""
+    ids = {m.id for m in memories}
+    successors = {m.superseded_by for m in memories if m.superseded_by is not None}
+    successors |= set(Memory.objects.filter(superseded_by__in=ids).values_list("superseded_by", flat=True))
+    return {m.id for m in memories if m.superseded_by is not None or m.id in successors}
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a restored version goes: its successor (None: current) and the end of its validity;
+    ``previous``: the live version before it, to be re-pointed to it (None: none)."""
+
+    superseded_by: uuid.UUID | None
+    valid_until: datetime | None
+    previous: Memory | None = None
+
+
+def _start(row: Memory | ArchivedMemory) -> datetime:
+    return row.valid_from or row.created_at
+
+
+def restore_place(item: ArchivedMemory) -> Place:
+    """Where the archived version ``item`` goes back to (call inside the restore's transaction).
+
+    A version that was superseded keeps its successor and validity, whether the successor is
+    live or archived. One that was current comes back current, unless a live current fact holds
+    its key (``uniq_current_fact_key``): then it goes into that key's history before the first
+    live version that starts after it (or before the current one, if it starts after that one:
+    the live current fact stays the answer; its interval is then empty), and the live version
+    before its place is re-pointed to it."""
+    if item.superseded_by is not None or not item.fact_key:
+        return Place(item.superseded_by, item.valid_until)
+    versions = list(Memory.objects.select_for_update().filter(namespace=item.namespace, fact_key=item.fact_key,
+                                                               archived=False))
+    current = next((v for v in versions if v.superseded_by is None), None)
+    if current is None:
+        return Place(None, item.valid_until)
+    start = _start(item)
+    later = sorted((v for v in versions if _start(v) > start), key=lambda v: (_start(v), str(v.id)))
+    following = later[0] if later else current
+    until = max(start, _start(following))
+    if item.valid_until is not None:
+        until = min(until, max(start, item.valid_until))
+    if _start(following) <= start:
+        return Place(following.id, until)  # newer than the current fact: history, with an empty interval
+    previous = next((v for v in versions if v.superseded_by == following.id and _start(v) < start), None)
+    return Place(following.id, until, previous)
