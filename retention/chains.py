@@ -29,6 +29,7 @@ from memories.models import Memory
 from retention.models import ArchivedMemory
 
 CASCADE_REASON = "successor_archived"
+CHAIN_MAX = 1000  # archived versions one timeline reads at most
 
 
 def predecessors(memories: Sequence[Memory]) -> list[Memory]:
@@ -61,6 +62,20 @@ class Place:
     superseded_by: uuid.UUID | None
     valid_until: datetime | None
     previous: Memory | None = None
+
+
+def archived_versions(*, namespace: str, successors: Sequence[uuid.UUID], keys: Sequence[str]) -> list[ArchivedMemory]:
+    """The archive's unrestored versions of a fact (the console's timeline): the entries of
+    ``namespace`` that lead to one of ``successors`` by ``superseded_by``, directly or through
+    other archived versions, and those holding one of ``keys``. Oldest first."""
+    rows = ArchivedMemory.objects.filter(namespace=namespace, restored_at__isnull=True).defer("embedding")
+    found = {a.memory_id: a for a in rows.filter(fact_key__in=keys)} if keys else {}
+    frontier = set(successors) | set(found)
+    while frontier and len(found) < CHAIN_MAX:
+        step = [a for a in rows.filter(superseded_by__in=frontier) if a.memory_id not in found]
+        found.update((a.memory_id, a) for a in step)
+        frontier = {a.memory_id for a in step}
+    return sorted(found.values(), key=lambda a: (_start(a), str(a.memory_id)))
 
 
 def _start(row: Memory | ArchivedMemory) -> datetime:
