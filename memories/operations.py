@@ -6,6 +6,7 @@ checked the caller; the handler fills defaults and calls one service or selector
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
@@ -17,6 +18,7 @@ from bhgbrain_site.core.contracts import (
     CONTENT_MAX,
     DEVICE_ID_MAX,
     IMPORT_MAX,
+    SUPERSEDES_MAX,
     THREAD_BATCH_MAX,
     EventStatus,
     MemoryTypeName,
@@ -28,6 +30,7 @@ from bhgbrain_site.core.inputs import (
     CollectionName,
     Cursor,
     Duration,
+    FactKey,
     Input,
     MemoryId,
     MessageId,
@@ -79,12 +82,23 @@ class RememberParams(_MessageFields):
     namespace: Namespace | None = None
     collection: CollectionName | None = None
     thread: ThreadId | None = None
+    # a fact's place in time (memories/temporal)
+    valid_from: Timestamp | None = None  # from when it holds (default: occurred_at, else now)
+    key: FactKey | None = None  # its slot ("alice/home-city"): the newest version of a key is current
+    supersedes: MemoryId | list[MemoryId] | None = Field(default=None, max_length=SUPERSEDES_MAX)
 
     @model_validator(mode="after")
     def _message_fields_need_a_thread(self) -> RememberParams:
         if self.thread is None and (self.speaker is not None or self.message_id is not None):
             raise ValueError("speaker and message_id describe a message of a thread: give thread too")
+        if self.thread is not None and (self.key is not None or self.supersedes is not None):
+            raise ValueError("key and supersedes describe a fact, not a message of a thread")
         return self
+
+    def superseded_ids(self) -> tuple[str, ...]:
+        if self.supersedes is None:
+            return ()
+        return (self.supersedes,) if isinstance(self.supersedes, str) else tuple(self.supersedes)
 
 
 def _remember_input(message: _MessageFields, *, namespace: str, collection: str | None,
@@ -107,9 +121,14 @@ def remember(params: RememberParams, ctx: CallContext) -> dict[str, Any]:
     into a near-duplicate; merged_with_id) or NOOP (already known). With `thread` (a
     conversation id you choose), `speaker`, `occurred_at` and `message_id` it stores one
     message of a conversation: never merged; a re-sent `message_id` is a NOOP with the same id.
-    Optional `event_at`, `valid_until`, `status` (planned/done/cancelled) make it an event."""
+    Optional `event_at`, `valid_until`, `status` (planned/done/cancelled) make it an event.
+    Facts change over time: `key` (a slot you name, e.g. "alice/home-city") makes the newest
+    fact of that key current and keeps the older ones as its history; `supersedes` (an id or a
+    list) marks older memories replaced by this one; `valid_from` says since when it holds
+    (default: occurred_at, else now). Nothing superseded is deleted: see memory://{id}/history."""
     data = _remember_input(params, namespace=_namespace(params.namespace), collection=params.collection,
                            thread=params.thread)
+    data = dataclasses.replace(data, valid_from=params.valid_from, key=params.key, supersedes=params.superseded_ids())
     return memory_remember(data=data, actor=ctx.actor).as_dict()
 
 

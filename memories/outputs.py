@@ -21,6 +21,11 @@ class Remembered(Output):
     retention_tier: Tier
     expires_at: Stamp | None
     merged_with_id: str | None = None  # only for UPDATE
+    valid_from: Stamp | None = None  # from when the fact holds
+    key: str | None = None  # its fact key, normalised
+    current: bool = True  # False: a late arrival, stored straight into its key's history
+    superseded_by: str | None = None  # only when not current
+    superseded: list[str] | None = None  # only when this write closed memories (the key's previous version, …)
 
 
 class AppendedMessage(Output):

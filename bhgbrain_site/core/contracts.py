@@ -41,6 +41,7 @@ THREAD_MAX: Final = 200  # characters of a thread id (the client's, scoped to th
 SPEAKER_MAX: Final = 100
 MESSAGE_ID_MAX: Final = 200  # characters of a message id (the idempotency key of a threaded write)
 FACT_KEY_MAX: Final = 200  # characters of a fact key (a namespace-scoped slot: "alice/home-city")
+SUPERSEDES_MAX: Final = 100  # memories one remember may supersede
 THREAD_BATCH_MAX: Final = 500  # messages one thread_append call may carry
 CONTEXT_TURNS_MAX: Final = 5  # neighbouring turns a search or recall result may carry (with_context)
 ERROR_ECHO_MAX: Final = 200  # characters of a client-supplied name quoted back in an error
