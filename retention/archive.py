@@ -84,14 +84,17 @@ def _vector_for(item: ArchivedMemory) -> tuple[bytes | None, str, bool]:
         return item.embedding, item.embedding_model, False  # the scheduled vector_sync embeds it later
 
 
-def _live_twin(item: ArchivedMemory) -> Memory | None:
-    """The live memory a restore would duplicate: the same fact, or the same message."""
+def _live_twin(item: ArchivedMemory, place: chains.Place) -> Memory | None:
+    """The live memory a restore would duplicate: the same message, or the same current fact (a
+    version restored into a fact's history may say what the current one says)."""
     rows = Memory.objects.filter(namespace=item.namespace)
     if item.message_id:
         return rows.filter(message_id=item.message_id).first()
     if item.thread:
         return rows.filter(thread=item.thread, checksum=item.checksum, archived=False, message_id__isnull=True).first()
-    return rows.filter(checksum=item.checksum, archived=False, thread__isnull=True).first()
+    if place.superseded_by is not None:
+        return None
+    return rows.filter(checksum=item.checksum, archived=False, thread__isnull=True, superseded_by__isnull=True).first()
 
 
 def _validity(item: ArchivedMemory, place: chains.Place) -> dict[str, Any]:
@@ -119,12 +122,12 @@ def archive_restore(*, memory_id: str, namespace: str, actor: str, tier: str = "
     now = timezone.now()
     meta = tiers.tier_metadata(tier, anchor=now, ttl=settings.BHGBRAIN.retention.tier_ttl)
     with transaction.atomic():
-        duplicate = _live_twin(item)
-        if duplicate is not None:
-            raise Conflict(f"A live memory with the same content exists: {duplicate.id}")
         if Memory.objects.filter(pk=pk).exists():
             raise Conflict(f"Memory {pk} exists already")
         place = chains.restore_place(item)
+        duplicate = _live_twin(item, place)
+        if duplicate is not None:
+            raise Conflict(f"A live memory with the same content exists: {duplicate.id}")
         memory = Memory(
             id=pk, namespace=item.namespace, collection=item.collection, type=item.type, category=item.category,
             content=item.content, summary=item.summary, tags=item.tags, source=item.source, checksum=item.checksum,

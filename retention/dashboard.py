@@ -1,10 +1,10 @@
 """The governance console's landing page: what a curator should look at today.
 
 Read-only selectors, scoped to the curator's namespaces (``memories.curation.namespaces``): the store's
-health, memories per namespace × tier against the tier budgets, each namespace's quota use,
-growth and accesses over the last 30 days, the superseded facts kept as history per namespace, and the queues that need a person (expiring soon, T1
-due for review, consolidation candidates, the vector-sync backlog), backups and the latest audit
-events. A handful of aggregate
+health, memories per namespace × tier against the tier budgets (and the superseded facts each
+namespace keeps as history), each namespace's quota use, growth and accesses over the last 30
+days, and the queues that need a person (expiring soon, T1 due for review, consolidation
+candidates, the vector-sync backlog), backups and the latest audit events. A handful of aggregate
 queries, so it stays fast on a large store (docs/performance.md has the measurement).
 """
 from __future__ import annotations

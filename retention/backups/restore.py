@@ -146,16 +146,28 @@ class IdPlan:
         return found if found != own else None
 
 
+def _unique_key(row: sqlite3.Row) -> tuple[str, ...] | None:
+    """What the store's unique constraints let only one live memory hold: a message id; a
+    thread's words (without a message id); a current fact's words. None: nothing."""
+    namespace = incoming.namespace(row["namespace"])
+    if _get(row, "message_id"):
+        return ("message", namespace, str(row["message_id"]))
+    if bool(_get(row, "archived", 0)):
+        return None
+    if _get(row, "thread"):
+        return ("thread", namespace, str(row["thread"]), str(row["checksum"]))
+    return None if _get(row, "superseded_by") else ("fact", namespace, str(row["checksum"]))
+
+
 def _id_plan(db: sqlite3.Connection) -> IdPlan:
     plan, first = IdPlan(), {}
     for row in _rows(db, "memories"):
-        raw, archived = str(row["id"]), bool(_get(row, "archived", 0))
+        raw, key = str(row["id"]), _unique_key(row)
         new = incoming.uuid_or_none(raw) or uuid.uuid4()
-        key = (incoming.namespace(row["namespace"]), str(row["checksum"]))
-        if not archived and key in first:
+        if key is not None and key in first:
             plan.dropped[raw] = first[key]
             continue
-        if not archived:
+        if key is not None:
             first[key] = new
         plan.ids[raw] = new
     return plan
