@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from memories.models import AuditLog, Memory
-from tests.admin.conftest import Screenshot, log_in, message, open_filters, result_ids
+from tests.admin.conftest import Screenshot, log_in, message, open_filters, result_ids, results
 from tests.admin.test_curation_browser import ACTOR, LIST, act_on, action_page
 from tests.conftest import remember
 
@@ -51,8 +51,10 @@ def test_a_curator_supersedes_a_fact_then_reads_its_timeline(page: Page, live_se
 
     open_filters(page).get_by_role("link", name="superseded (history)").click()
     expect(page).to_have_url(re.compile(r"fact=superseded"))
+    expect(results(page)).to_have_count(1)
     assert result_ids(page) == {kong}
     page.goto(f"{live_server.url}{LIST}?fact=current")
+    expect(results(page)).to_have_count(2)
     assert result_ids(page) == {envoy, other}
 
     page.goto(f"{live_server.url}{LIST}{kong}/change/")
