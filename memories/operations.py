@@ -49,6 +49,7 @@ from memories.interop import bootstrap, repair
 from memories.quotas import selectors as quota_selectors
 from memories.remember import RememberInput, memory_remember
 from memories.remember import thread_append as append_to_thread
+from memories.temporal import history
 
 
 def _namespace(value: str | None) -> str:
@@ -393,11 +394,27 @@ def audit_list(params: AuditParams, ctx: CallContext) -> dict[str, Any]:
                                                operation=params.operation, memory_id=params.memory_id)}
 
 
+class HistoryParams(Input):
+    id: MemoryId
+    namespace: Namespace | None = None
+
+
+@operation("memories.history", HistoryParams, tool=False, output=outputs.MemoryHistory)
+def memories_history(params: HistoryParams, ctx: CallContext) -> dict[str, Any]:
+    """A fact's versions, oldest first: each with its validity interval (valid_from, valid_until),
+    its key, whether it is current, and who superseded it, why (explicit, key, dedup) and when.
+    Not counted as an access."""
+    return history.memory_history(memory_id=params.id, namespace=_namespace(params.namespace))
+
+
 resource("memory://list", "Memory list", "Cursor-paginated memories, newest first (?namespace=&limit=1..100&cursor=)",
          operation="memories.list")
 resource("collection://list", "Collection list", "Collections of the namespace with memory counts (?namespace=)",
          operation="collections", fixed={"action": "list"})
 resource("memory://{id}", "Memory", "One memory by id (?namespace=); counts as an access", operation="memories.get")
+resource("memory://{id}/history", "Memory history",
+         "The versions of a memory's fact, oldest first, with validity and who superseded them (?namespace=)",
+         operation="memories.history")
 resource("collection://{name}", "Collection", "Memories of one collection, newest first (?namespace=&limit=&cursor=)",
          operation="collections.get")
 
@@ -476,6 +493,19 @@ def namespaces_set_quota(params: QuotaSetParams, ctx: CallContext) -> dict[str, 
 # --------------------------------------------------------------------------- prompts and completions
 
 
+class FactHistoryArgs(Input):
+    key: FactKey = Field(description='the fact key, e.g. "alice/home-city"')
+    namespace: Namespace | None = Field(default=None, description="where the fact is stored (default: yours)")
+
+
+@prompt("fact-history", FactHistoryArgs, title="How a fact changed", completes={"key": "key", "namespace": "namespace"})
+def fact_history_prompt(params: FactHistoryArgs, ctx: CallContext) -> PromptMessages:
+    """The versions of one fact key, oldest first, with when each held and what replaced it, and
+    a request to say what is true now and what changed when."""
+    return [("user", prompts.fact_history(history.key_history(key=params.key, namespace=_namespace(params.namespace))))]
+
+
+
 class BootstrapPromptArgs(Input):
     namespace: Namespace = Field(default="profile", description='where the profile is stored (default "profile")')
     section: int | None = Field(default=None, ge=1, le=10,
@@ -510,4 +540,6 @@ completer("namespace", completions.namespaces_complete)
 completer("collection", completions.collections_complete, resources={"collection://{name}": "name"})
 completer("tag", completions.tags_complete)
 completer("thread", completions.threads_complete)
-completer("memory", completions.memory_ids_complete, resources={"memory://{id}": "id"})
+completer("memory", completions.memory_ids_complete,
+          resources={"memory://{id}": "id", "memory://{id}/history": "id"})
+completer("key", completions.keys_complete)

@@ -12,7 +12,8 @@ from typing import Final, Literal
 TOOLS: Final = ("remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import",
                 "backup", "repair", "thread_append", "event", "handoff")
 RESOURCES: Final = ("memory://list", "memory://inject", "memory://handoff", "category://list", "collection://list",
-                    "health://status", "memory://{id}", "category://{name}", "collection://{name}")
+                    "health://status", "memory://{id}", "category://{name}", "collection://{name}",
+                    "memory://{id}/history")
 TIERS: Final = ("T0", "T1", "T2", "T3")
 TIER_LABELS: Final = {"T0": "foundational", "T1": "institutional", "T2": "operational", "T3": "transient"}
 MEMORY_TYPES: Final = ("episodic", "semantic", "procedural")

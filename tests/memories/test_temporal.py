@@ -2,10 +2,14 @@
 and late), the dedup path keeping old versions, the chain read, and bad input."""
 from __future__ import annotations
 
+import itertools
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import pytest
+from django.db import connections
 
 from bhgbrain_site.core.errors import Conflict, InvalidInput, NotFound
 from memories.models import AuditLog, ChangeFeedEntry, Memory, MemoryRevision
@@ -221,3 +225,29 @@ def test_a_superseded_fact_is_no_dedup_candidate(e5) -> None:
     again = remember("The mobile release ships on Monday at noon sharp")
     assert again.merged_with_id == richer.id  # never the superseded first version
     assert _chain_ids(again.id) == [first.id, richer.id, again.id]
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+def _keyed_in_thread(barrier: threading.Barrier, month: int) -> str:
+    try:
+        barrier.wait(timeout=30)
+        result = remember(f"Alice lives in city number {month}", key=KEY, valid_from=datetime(2026, month, 1, tzinfo=UTC))
+        return result.id
+    finally:
+        connections.close_all()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_versions_of_one_key_make_one_chain(hash_embedder) -> None:
+    months = [5, 1, 8, 3, 2, 7]  # arriving together, in no order
+    barrier = threading.Barrier(len(months))
+    with ThreadPoolExecutor(max_workers=len(months)) as pool:
+        ids = list(pool.map(lambda m: _keyed_in_thread(barrier, m), months))
+    current = Memory.objects.filter(fact_key=KEY, superseded_by__isnull=True)
+    assert [str(m.id) for m in current] == [ids[months.index(8)]]
+    chain = fact_chain(current[0].id, namespaces=None)
+    assert [m.valid_from.month for m in chain] == sorted(months)
+    for older, newer in itertools.pairwise(chain):
+        assert (older.superseded_by, older.valid_until) == (newer.id, newer.valid_from)
