@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memories.models import Memory
+from memories.quotas.admission import lock_namespace
 from retention.models import ArchivedMemory
 
 CASCADE_REASON = "successor_archived"
@@ -93,6 +94,7 @@ def restore_place(item: ArchivedMemory) -> Place:
     before its place is re-pointed to it."""
     if item.superseded_by is not None or not item.fact_key:
         return Place(item.superseded_by, item.valid_until)
+    lock_namespace(item.namespace)  # the lock a key's writers take (memories/temporal): placed one after the other
     versions = list(Memory.objects.select_for_update().filter(namespace=item.namespace, fact_key=item.fact_key,
                                                                archived=False))
     current = next((v for v in versions if v.superseded_by is None), None)
