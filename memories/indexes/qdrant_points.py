@@ -51,6 +51,9 @@ def point_payload(memory: Memory) -> dict[str, Any]:
         "thread": memory.thread, "speaker": memory.speaker, "message_id": memory.message_id,
         "occurred_at": iso_or_none(memory.occurred_at), "event_at": iso_or_none(memory.event_at),
         "valid_until": iso_or_none(memory.valid_until), "status": memory.status,
+        # facts over time (memories/temporal): repair restores a chain from them
+        "valid_from": iso_or_none(memory.valid_from), "fact_key": memory.fact_key,
+        "superseded_by": str(memory.superseded_by) if memory.superseded_by else None,
     }
 
 
@@ -83,7 +86,7 @@ def memory_from_point(point: StoredPoint, model_id: str, dimensions: int) -> Mem
         embedding=to_bytes(np.asarray(point.vector, dtype=np.float32)) if synced else None,
         embedding_model=model_id if synced else "", vector_synced=synced,
         created_at=incoming.when(payload.get("created_at")) or now, updated_at=now,
-        **incoming.conversation(payload.get),
+        **incoming.conversation(payload.get), **incoming.validity(payload.get),
     )
 
 

@@ -133,6 +133,33 @@ def supersede(*, older: Sequence[uuid.UUID], newer: uuid.UUID, actor: str, reaso
         return supersede_loaded(older, successor, actor=actor, reason=reason, at=timezone.now())
 
 
+def unlink(memory: Memory, *, actor: str, at: datetime) -> list[uuid.UUID]:
+    """Close the gap ``memory`` (just deleted, in this transaction) leaves in its chain: the versions it superseded
+    now lead to its successor, and their validity runs to the successor's start; when it was
+    current, the latest of them is current again (one per key: an earlier one of the same key
+    leads to it). Returns the ids changed."""
+    predecessors = sorted(Memory.objects.select_for_update().defer("embedding")
+                          .filter(superseded_by=memory.id, namespace=memory.namespace, archived=False), key=_order)
+    successor = (Memory.objects.defer("embedding").filter(pk=memory.superseded_by).first()
+                 if memory.superseded_by else None)
+    reopened: dict[str | None, Memory] = {}
+    for row in reversed(predecessors):
+        leader = successor if successor is not None else reopened.get(row.fact_key) if row.fact_key else None
+        closed_by_it = row.valid_until == max(valid_start(memory), valid_start(row))
+        if leader is None:
+            row.superseded_by, row.valid_until = None, None if closed_by_it else row.valid_until
+            if row.fact_key:
+                reopened[row.fact_key] = row
+        else:
+            row.superseded_by = leader.id
+            if closed_by_it:
+                row.valid_until = max(valid_start(leader), valid_start(row))
+        audit = funnel.Audit("RELINK", actor, {"removed": str(memory.id), "successor": str(row.superseded_by)
+                                               if row.superseded_by else None})
+        funnel.save_memory(row, audit=audit, at=at, fields=CLOSED_FIELDS)
+    return [row.id for row in predecessors]
+
+
 # --------------------------------------------------------------------------- fact keys
 
 

@@ -251,3 +251,44 @@ def test_concurrent_versions_of_one_key_make_one_chain(hash_embedder) -> None:
     assert [m.valid_from.month for m in chain] == sorted(months)
     for older, newer in itertools.pairwise(chain):
         assert (older.superseded_by, older.valid_until) == (newer.id, newer.valid_from)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_repair_from_a_shared_qdrant_restores_a_chain(qdrant) -> None:  # noqa: ANN001
+    from memories.interop.repair import repair_from_index
+
+    paris = remember("Alice lives in Paris", key=KEY, valid_from=JAN)
+    berlin = remember("Alice lives in Berlin", key=KEY, valid_from=MAR)
+    Memory.objects.all().delete()
+    assert repair_from_index(dry_run=False, device_id=None, actor="test").recovered == 2
+    assert _chain_ids(berlin.id) == [paris.id, berlin.id]
+    restored = _row(paris.id)
+    assert (str(restored.superseded_by), restored.valid_from, restored.valid_until, restored.fact_key) == (
+        berlin.id, JAN, MAR, KEY)
+
+
+# --------------------------------------------------------------------------- forgetting a version
+
+
+def test_forgetting_the_current_version_makes_the_previous_one_current(hash_embedder) -> None:
+    from memories.services import memory_forget
+
+    paris = remember("Alice lives in Paris", key=KEY, valid_from=JAN)
+    berlin = remember("Alice moved to Berlin", key=KEY, valid_from=MAR)  # a mistake
+    memory_forget(memory_id=berlin.id, namespace="global", actor="test")
+    back = _row(paris.id)
+    assert (back.superseded_by, back.valid_until) == (None, None)
+    assert AuditLog.objects.filter(operation="RELINK", memory_id=paris.id).exists()
+    rome = remember("Alice moved to Rome", key=KEY, valid_from=APR)
+    assert rome.superseded == (paris.id,)
+
+
+def test_forgetting_a_middle_version_links_its_neighbours(hash_embedder) -> None:
+    from memories.services import memory_forget
+
+    paris = remember("Alice lives in Paris", key=KEY, valid_from=JAN)
+    lyon = remember("Alice lives in Lyon", key=KEY, valid_from=FEB)
+    berlin = remember("Alice lives in Berlin", key=KEY, valid_from=APR)
+    memory_forget(memory_id=lyon.id, namespace="global", actor="test")
+    assert (str(_row(paris.id).superseded_by), _row(paris.id).valid_until) == (berlin.id, APR)
+    assert _chain_ids(berlin.id) == [paris.id, berlin.id]
