@@ -13,10 +13,10 @@ successor; memories/temporal keeps them). The rules kept here:
   audited ``FORGET`` with reason ``successor_archived``. So the live part of a chain is always
   its newest part, its older part is in the archive, and no live memory is superseded by a
   memory that is gone. The ``superseded_by`` pointers are copied into the archive as they are.
-- **A restored version goes back to its place** (:func:`restore_place`): it keeps its validity
-  and its successor pointer (a restore never makes a superseded fact current again); one that
-  was current when archived becomes current again unless a live current fact now holds its
-  key, in which case it goes into that key's history at its place by ``valid_from``.
+- **A restored version goes back to its place** (:func:`restore_place`): without a key it keeps
+  its validity and its successor pointer (a restore never makes a superseded fact current
+  again); with a key it goes among the key's live versions by ``valid_from``, and one that was
+  current when archived becomes current again unless a live current fact now holds its key.
 """
 from __future__ import annotations
 
@@ -86,27 +86,27 @@ def _start(row: Memory | ArchivedMemory) -> datetime:
 def restore_place(item: ArchivedMemory) -> Place:
     """Where the archived version ``item`` goes back to (call inside the restore's transaction).
 
-    A version that was superseded keeps its successor and validity, whether the successor is
-    live or archived. One that was current comes back current, unless a live current fact holds
-    its key (``uniq_current_fact_key``): then it goes into that key's history before the first
-    live version that starts after it (or before the current one, if it starts after that one:
-    the live current fact stays the answer; its interval is then empty), and the live version
-    before its place is re-pointed to it."""
-    if item.superseded_by is not None or not item.fact_key:
+    Without a key it keeps its successor and validity, whether the successor is live or archived
+    (a restore never makes a replaced fact current again). With a key it is put among the key's
+    live versions by ``valid_from``: before the first one that starts after it (its validity then
+    ends there at the latest), the live version before that place now leading to it. When none
+    starts after it, it keeps its successor, or comes back current when it was current and no
+    live current fact holds the key (``uniq_current_fact_key``); one that was current and starts
+    after the key's current fact goes into history just before it, with an empty interval: the
+    live current fact stays the answer."""
+    if not item.fact_key:
         return Place(item.superseded_by, item.valid_until)
     lock_namespace(item.namespace)  # the lock a key's writers take (memories/temporal): placed one after the other
     versions = list(Memory.objects.select_for_update().filter(namespace=item.namespace, fact_key=item.fact_key,
                                                                archived=False))
-    current = next((v for v in versions if v.superseded_by is None), None)
-    if current is None:
-        return Place(None, item.valid_until)
     start = _start(item)
     later = sorted((v for v in versions if _start(v) > start), key=lambda v: (_start(v), str(v.id)))
-    following = later[0] if later else current
-    until = max(start, _start(following))
-    if item.valid_until is not None:
-        until = min(until, max(start, item.valid_until))
-    if _start(following) <= start:
-        return Place(following.id, until)  # newer than the current fact: history, with an empty interval
-    previous = next((v for v in versions if v.superseded_by == following.id and _start(v) < start), None)
-    return Place(following.id, until, previous)
+    if later:
+        following = later[0]
+        until = _start(following) if item.valid_until is None else min(item.valid_until, _start(following))
+        previous = next((v for v in versions if v.superseded_by == following.id and _start(v) < start), None)
+        return Place(following.id, until, previous)
+    current = next((v for v in versions if v.superseded_by is None), None)
+    if item.superseded_by is not None or current is None:
+        return Place(item.superseded_by, item.valid_until)
+    return Place(current.id, start)  # newer than the current fact: history, with an empty interval

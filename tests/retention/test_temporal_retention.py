@@ -167,3 +167,23 @@ def test_a_restored_version_newer_than_the_current_one_stays_history_with_an_emp
     back = Memory.objects.get(id=berlin)
     assert (back.superseded_by, back.valid_from, back.valid_until) == (uuid.UUID(paris), MAY, MAY)
     assert Memory.objects.get(id=paris).superseded_by is None  # the live current fact stays the answer
+
+
+def test_a_restored_superseded_version_of_a_key_fits_around_a_late_arrival(hash_embedder) -> None:
+    """Paris (January) ages out on its own, superseded by Berlin (May); Lyon (March) arrives late
+    meanwhile, before Berlin. Paris comes back before Lyon, its validity closed in March: one
+    answer at every time."""
+    paris = remember("Alice lives in Paris", namespace="alice", key="alice/home-city", valid_from=JAN).id
+    berlin = remember("Alice lives in Berlin", namespace="alice", key="alice/home-city", valid_from=MAY).id
+    Memory.objects.filter(id=paris).update(retention_tier="T3")
+    _expire(paris)
+    retention_cleanup()
+    assert _archived(paris).superseded_by == uuid.UUID(berlin)
+    lyon = remember("Alice lives in Lyon", namespace="alice", key="alice/home-city", valid_from=MAR).id
+
+    archive_restore(memory_id=paris, namespace="alice", actor="test")
+
+    rows = {str(m.id): m for m in fact_chain(uuid.UUID(berlin), namespaces=None)}
+    assert list(rows) == [paris, lyon, berlin]
+    assert (rows[paris].superseded_by, rows[paris].valid_until) == (uuid.UUID(lyon), MAR)
+    assert (rows[lyon].superseded_by, rows[lyon].valid_until) == (uuid.UUID(berlin), MAY)
