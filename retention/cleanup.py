@@ -8,19 +8,24 @@
 2. ``consolidate`` (``bhgbrain gc --consolidate``): memories not accessed for
    ``retention.decay_after_days`` with importance < 0.5 and no category are marked stale and
    expire now, so the next cleanup archives them.
-3. Budgets (retention/budgets.py): a tier over ``retention.tier_budgets``, or the store over
-   ``retention.max_memories``, loses its least-used, longest-unused memories first (never T0).
-   They are always archived (whatever ``archive_before_delete`` says: they had not expired) and
-   deleted through the write funnel with a ``FORGET`` audit row, reason ``over_budget``; so
-   every trimmed memory can be restored from the archive.
+3. Namespace quotas under policy ``trim`` (memories/quotas/): a namespace over its quota (its
+   limit was lowered, or memories were restored or imported past it) loses its least-used
+   memories down to the quota, within that namespace only and never T0, archived first, audited
+   ``FORGET`` by ``system``, reason ``over_quota``; under policy ``reject`` nothing is trimmed
+   (new writes are refused until it is under). Then budgets (retention/budgets.py): a tier over
+   ``retention.tier_budgets``, or the store over ``retention.max_memories``, loses its least-used,
+   longest-unused memories first (never T0). Both are always archived (whatever
+   ``archive_before_delete`` says: they had not expired) and deleted through the write funnel
+   with a ``FORGET`` audit row (reason ``over_budget`` for budgets); so every trimmed memory can
+   be restored from the archive.
 4. Change-feed rows older than ``FEED_KEEP_DAYS`` are pruned (an index that has not caught up
    for that long reloads instead of replaying: memories/indexes/feed.py), after their deletions are
    tallied for compaction; on PostgreSQL each namespace's usage rows are folded into one.
 5. Compaction (retention/compaction.py) when deletions passed
    ``retention.compaction_deleted_threshold``, or when forced (``gc --force-compact``).
 
-The report's ``expired`` counts phase 1, ``trimmed`` phase 3 per tier; ``archived`` and
-``deleted`` count both.
+The report's ``expired`` counts phase 1, ``quota_trimmed`` phase 3's namespace trims per
+namespace, ``trimmed`` its budget trims per tier; ``archived`` and ``deleted`` count them all.
 
 A namespace's quota under policy ``trim`` uses phase 3's trim, limited to that namespace, at
 write time (:func:`namespace_trim`, registered from retention/apps.py).
@@ -28,7 +33,9 @@ write time (:func:`namespace_trim`, registered from retention/apps.py).
 Fact chains (issue 42; retention/chains.py): a memory that was superseded, or superseded another,
 is archived in every phase whatever ``archive_before_delete`` says, and the live older versions
 of whatever goes leave with it, archived, a ``FORGET`` row each with reason
-``successor_archived`` (the report's ``with_successor``; ``deleted`` and ``archived`` count them).
+``successor_archived`` (the report's ``with_successor``, for expiry and budget trims; a namespace
+trim's ``quota_trimmed`` counts them with the memories it chose, all of them the namespace's;
+``deleted`` and ``archived`` count them all).
 """
 from __future__ import annotations
 
@@ -49,6 +56,9 @@ from memories.access import tracker
 from memories.indexes.feed import feed_prune
 from memories.models import CONVERSATION_FIELDS, Memory
 from memories.quotas import admission, usage
+from memories.quotas.limits import Quota, quota_for, quotas_for
+from memories.quotas.plan import TRIMMABLE
+from memories.quotas.plan import trim_plan as quota_trim_take
 from retention import budgets, chains, compaction
 from retention.backups.bhgb_format import leftovers_remove
 from retention.models import ArchivedMemory
@@ -70,6 +80,7 @@ class CleanupReport:
     dry_run: bool = False
     tier: str | None = None
     trimmed: dict[str, int] = field(default_factory=lambda: {"T1": 0, "T2": 0, "T3": 0})
+    quota_trimmed: dict[str, int] = field(default_factory=dict)
     compaction: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -175,6 +186,49 @@ def namespace_trim(*, namespace: str, take: Mapping[str, int], actor: str, at: d
     return removed
 
 
+def _quota_take(quota: Quota, now: datetime, tier: str | None) -> dict[str, int]:
+    """What ``quota``'s namespace must lose per tier to fit it (expired memories do not count:
+    the cleanup's first phase removes them anyway); ``tier``: only that tier is trimmed."""
+    held = usage.counts(quota.namespace)
+    expired = usage.expired_counts(quota.namespace, now)
+    held = {name: count - expired[name] for name, count in held.items()}
+    eligible = TRIMMABLE if tier is None else tuple(t for t in TRIMMABLE if t == tier)
+    return quota_trim_take(held, quota.limits, eligible=eligible).take
+
+
+def quota_trim_plan(*, now: datetime, tier: str | None = None) -> dict[str, dict[str, int]]:
+    """The namespaces over their quota under policy ``trim``, and what each must lose per tier."""
+    quotas = quotas_for(sorted(usage.counts_of()))
+    plan = {}
+    for namespace, quota in quotas.items():
+        if quota.policy == "trim" and quota.limited:
+            take = _quota_take(quota, now, tier)
+            if any(take.values()):
+                plan[namespace] = take
+    return plan
+
+
+def _capped(take: Mapping[str, int], most: int) -> dict[str, int]:
+    """``take`` cut to at most ``most`` memories in all (T3 first, the trim's own order)."""
+    capped = {}
+    for tier in TRIMMABLE:
+        capped[tier] = min(take.get(tier, 0), most)
+        most -= capped[tier]
+    return capped
+
+
+def _quota_trim_batch(namespace: str, now: datetime, tier: str | None) -> int:
+    """One transaction under the namespace's quota lock: its quota and count read again (a writer
+    or another cleanup may have changed them since the plan), then up to BATCH trimmed."""
+    with transaction.atomic():
+        admission.lock_namespace(namespace)
+        quota = quota_for(namespace)
+        if quota.policy != "trim" or not quota.limited:
+            return 0
+        take = _capped(_quota_take(quota, now, tier), BATCH)
+        return namespace_trim(namespace=namespace, take=take, actor=ACTOR, at=now) if any(take.values()) else 0
+
+
 def usage_fold() -> int:
     """Fold each namespace's usage rows into one (PostgreSQL; memories/quotas/usage.py), each under
     the namespace's quota lock; how many namespaces were folded."""
@@ -204,8 +258,10 @@ def memories_consolidate(*, now: datetime | None = None) -> int:
 def _preview(report: CleanupReport, now: datetime, archive: bool, force_compact: bool) -> CleanupReport:
     """What a cleanup would do now, changing nothing."""
     report.expired = Memory.objects.filter(_expired(now, report.tier)).count()
+    report.quota_trimmed = {ns: sum(take.values()) for ns, take in quota_trim_plan(now=now, tier=report.tier).items()}
     report.trimmed = budgets.trim_plan(now=now, tier=report.tier)
-    report.archived = (report.expired if archive else 0) + sum(report.trimmed.values())
+    report.archived = ((report.expired if archive else 0) + sum(report.quota_trimmed.values())
+                       + sum(report.trimmed.values()))
     report.compaction = compaction.compaction_run(force=force_compact, dry_run=True)
     return report
 
@@ -220,6 +276,19 @@ def _expire_all(report: CleanupReport, now: datetime, archive: bool, step: Calla
         report.deleted += removed.total
         report.archived += removed.archived
         step(removed.total)
+
+
+def _quota_trim_all(report: CleanupReport, plan: dict[str, dict[str, int]], now: datetime,
+                    step: Callable[[int], None]) -> None:
+    for namespace in plan:
+        while True:
+            removed = _quota_trim_batch(namespace, now, report.tier)
+            if not removed:
+                break
+            report.quota_trimmed[namespace] = report.quota_trimmed.get(namespace, 0) + removed
+            report.deleted += removed
+            report.archived += removed
+            step(removed)
 
 
 def _trim_all(report: CleanupReport, plan: dict[str, int], now: datetime, step: Callable[[int], None]) -> None:
@@ -250,8 +319,9 @@ def retention_cleanup(*, consolidate: bool = False, dry_run: bool = False, tier:
     if consolidate:
         report.consolidated = memories_consolidate(now=now)
     tracker.flush()  # accesses this process still buffers count in the trim order
-    plan = budgets.trim_plan(now=now, tier=tier)  # expired memories do not count: they go first
-    total = Memory.objects.filter(_expired(now, tier)).count() + sum(plan.values())
+    quota_plan = quota_trim_plan(now=now, tier=tier)  # expired memories do not count: they go first
+    total = (Memory.objects.filter(_expired(now, tier)).count()
+             + sum(sum(take.values()) for take in quota_plan.values()) + sum(budgets.trim_plan(now=now, tier=tier).values()))
     done = 0
 
     def step(removed: int) -> None:
@@ -261,7 +331,8 @@ def retention_cleanup(*, consolidate: bool = False, dry_run: bool = False, tier:
             progress("memories removed", done, max(total, done))
 
     _expire_all(report, now, archive, step)
-    _trim_all(report, plan, now, step)
+    _quota_trim_all(report, quota_plan, now, step)
+    _trim_all(report, budgets.trim_plan(now=now, tier=tier), now, step)  # after the namespaces' own trims
     compaction.deletions_tally()  # before the feed rows it counts are pruned
     report.feed_rows_pruned = feed_prune(now=now)
     usage_fold()

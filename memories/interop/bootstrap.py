@@ -6,15 +6,18 @@ secret rejection, dedup and an audit row like any other memory.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from bhgbrain_site.core.errors import InvalidInput
 from bhgbrain_site.core.progress import Progress
 from memories.models import BootstrapSession, Memory
 from memories.pipeline import normalize, tiers
+from memories.quotas import admission
 from memories.remember import RememberInput, memory_remember
 from memories.services import memory_forget
 
@@ -203,6 +206,7 @@ def profile_import(*, namespace: str, fmt: str, content: str, dry_run: bool, act
     if dry_run:
         out.update(memories_created=0, duplicates_skipped=0, previews=[_preview(s, c, h) for s, c, h in plan])
         return out
+    _room_check(namespace, plan)
     created = skipped = 0
     for done, (section, chunk, _heading) in enumerate(plan, start=1):
         _memory_id, operation = _store(section, chunk, namespace, actor)
@@ -214,9 +218,28 @@ def profile_import(*, namespace: str, fmt: str, content: str, dry_run: bool, act
     return out
 
 
+def _tier(section: Section | None, chunk: str, tags: list[str]) -> str:
+    return tiers.assign_tier(content=chunk, tags=tags, source="import", memory_type=section.type if section else "semantic",
+                             category=None, explicit_tier=section.tier if section else None)
+
+
+def _room_check(namespace: str, plan: list[tuple[Section | None, str, str | None]]) -> None:
+    """Refuse the whole import when the namespace's quota cannot take its new memories (those
+    whose text the namespace does not already hold), rather than stop half-way."""
+    held = set(Memory.objects.filter(namespace=namespace, archived=False, thread__isnull=True)
+               .filter(checksum__in=[normalize.checksum(normalize.normalize_content(c)) for _s, c, _h in plan])
+               .values_list("checksum", flat=True))
+    incoming: Counter[str] = Counter()
+    for section, chunk, _heading in plan:
+        checksum = normalize.checksum(normalize.normalize_content(chunk))
+        if checksum not in held:
+            held.add(checksum)  # the same paragraph twice is one memory
+            incoming[_tier(section, chunk, [*section.tags, *PROFILE_TAGS] if section else [PROFILE_TAGS[0]])] += 1
+    admission.room_check(namespace, incoming, at=timezone.now(), what="the import")
+
+
 def _preview(section: Section | None, chunk: str, heading: str | None) -> dict[str, Any]:
     tags = [*section.tags, *PROFILE_TAGS] if section else [PROFILE_TAGS[0]]
-    tier = tiers.assign_tier(content=chunk, tags=tags, source="import", memory_type=section.type if section else "semantic",
-                             category=None, explicit_tier=section.tier if section else None)
+    tier = _tier(section, chunk, tags)
     return {"content": chunk[:200], "collection": section.collection if section else "general",
             "type": section.type if section else "semantic", "tier": tier, "tags": tags, "section": heading}

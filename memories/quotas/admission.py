@@ -98,6 +98,29 @@ def _admit(quota: Quota, incoming: Mapping[str, int], actor: str, at: datetime) 
         raise _exceeded(quota, held, breach, "too few memories could be trimmed")
 
 
+def room_check(namespace: str, incoming: Mapping[str, int], *, at: datetime, what: str) -> None:
+    """Before a write of many memories one by one (an import): raise QuotaExceeded, so that none of
+    them is stored, when ``incoming`` (new memories per tier) cannot fit ``namespace`` — under
+    ``reject`` when it is over, under ``trim`` when trimming cannot make room. Each insert is still
+    checked (a concurrent writer may take the room in between); this only keeps an import from
+    stopping half-way at the limit."""
+    quota = quota_for(namespace)
+    if not quota.limited or not any(incoming.values()):
+        return
+    limits = _relevant(quota, incoming)
+    expired = usage.expired_counts(namespace, at)
+    held = {tier: count - expired[tier] for tier, count in usage.counts(namespace).items()}
+    plan = trim_plan(held, limits, incoming=incoming)
+    if plan.fits:
+        return
+    breach = first_breach(held, incoming, limits) or plan.blocked or Breach(None, limits.max_memories or 0)
+    if quota.policy != "trim" or _trimmer is None:
+        raise _exceeded(quota, held, breach, f"{what} would add {sum(incoming.values())}; nothing was stored")
+    if plan.blocked is not None:
+        raise _exceeded(quota, held, plan.blocked, f"{what} would add {sum(incoming.values())} and trimming cannot "
+                                                   "make room (T0 is never trimmed); nothing was stored")
+
+
 def admit(memories: Sequence[Memory], *, actor: str, at: datetime) -> None:
     """Check (and under policy ``trim`` make room for) ``memories`` about to be inserted; raise
     QuotaExceeded when a namespace cannot take them. Call inside the write's transaction."""

@@ -292,3 +292,78 @@ def test_only_the_master_token_sets_a_quota_and_only_named_values_change(bhg_con
     cleared = registry.call("namespaces.set_quota", {"namespace": "alpha", "max_memories": None}, CTX)
     assert cleared["total"]["limit"] is None
     assert registry.call("namespaces.set_quota", {"namespace": "alpha", "reset": True}, CTX)["source"] == "config"
+
+
+# --------------------------------------------------------------------------- the cleanup
+
+
+def test_the_cleanup_trims_a_namespace_over_a_lowered_quota_within_it_only(hash_embedder, bhg_config) -> None:
+    foundation = remember("alpha: the architecture decision record on auth", namespace="alpha", retention_tier="T0").id
+    t2 = _fill("alpha", 4)
+    for rank, memory_id in enumerate(t2):
+        _used(memory_id, accesses=rank, days_ago=10 - rank)  # t2[0] least used, t2[3] most
+    others = _fill("bob", 3)
+    for memory_id in others:
+        _used(memory_id, accesses=0, days_ago=400)  # less used than anything of alpha's: never touched
+    _quota(bhg_config, "alpha", max_memories=3, on_quota_exceeded="trim")  # lowered below what alpha holds
+
+    preview = cleanup.retention_cleanup(dry_run=True)
+    assert preview.quota_trimmed == {"alpha": 2}
+    assert Memory.objects.filter(namespace="alpha").count() == 5  # a preview changes nothing
+
+    report = cleanup.retention_cleanup()
+    assert report.quota_trimmed == {"alpha": 2} and report.archived >= 2
+    kept = {str(i) for i in Memory.objects.filter(namespace="alpha").values_list("id", flat=True)}
+    assert kept == {foundation, t2[2], t2[3]}
+    assert Memory.objects.filter(namespace="bob").count() == 3
+    for memory_id in t2[:2]:
+        assert ArchivedMemory.objects.filter(memory_id=memory_id, namespace="alpha").exists()
+        forget = AuditLog.objects.get(memory_id=memory_id, operation="FORGET")
+        assert forget.details["reason"] == "over_quota" and forget.client_id == "system"
+    assert cleanup.retention_cleanup().quota_trimmed == {}  # under the quota now
+    assert _kept_counts() == _true_counts()
+
+
+def test_the_cleanup_never_trims_t0_to_meet_a_quota(hash_embedder, bhg_config) -> None:
+    _fill("alpha", 3, "T0", word="policy")
+    t2 = _fill("alpha", 1)
+    _quota(bhg_config, "alpha", max_memories=2, on_quota_exceeded="trim")
+    assert cleanup.retention_cleanup().quota_trimmed == {"alpha": 1}
+    assert not Memory.objects.filter(id=t2[0]).exists()
+    assert Memory.objects.filter(namespace="alpha", retention_tier="T0").count() == 3  # still over: T0 stays
+
+
+def test_the_cleanup_leaves_a_namespace_under_policy_reject_alone(hash_embedder, bhg_config) -> None:
+    t2 = _fill("alpha", 4)
+    _quota(bhg_config, "alpha", max_memories=2, on_quota_exceeded="reject")
+    assert cleanup.retention_cleanup().quota_trimmed == {}
+    assert Memory.objects.filter(id__in=t2).count() == 4
+    with pytest.raises(QuotaExceeded):
+        remember("alpha: one more while over the quota", namespace="alpha")
+
+
+def test_the_cleanup_trims_a_tier_over_its_namespace_budget_only_in_that_tier(hash_embedder, bhg_config) -> None:
+    t3 = _fill("alpha", 3, "T3")
+    t2 = _fill("alpha", 2, "T2", word="plan")
+    _used(t3[2], accesses=5, days_ago=1)
+    _quota(bhg_config, "alpha", tier_budgets={"T3": 1}, on_quota_exceeded="trim")
+    assert cleanup.retention_cleanup(tier="T2").quota_trimmed == {}  # another tier asked: T3 untouched
+    assert cleanup.retention_cleanup().quota_trimmed == {"alpha": 2}
+    assert set(map(str, Memory.objects.filter(namespace="alpha").values_list("id", flat=True))) == {t3[2], *t2}
+
+
+def test_an_import_that_cannot_fit_is_refused_whole_and_duplicates_do_not_count(hash_embedder, bhg_config) -> None:
+    from memories.interop.bootstrap import profile_import
+
+    remember("Alice prefers tea in the morning.", namespace="alpha")
+    text = ("Alice prefers tea in the morning.\n\nThe build runs on Fridays.\n\n"
+            "Deploys go through the staging cluster first.\n\nThe on-call rota changes weekly.")
+    _quota(bhg_config, "alpha", max_memories=3, on_quota_exceeded="reject")
+    with pytest.raises(QuotaExceeded) as raised:
+        profile_import(namespace="alpha", fmt="freeform", content=text, dry_run=False, actor="test")
+    assert "the import would add 3; nothing was stored" in raised.value.message
+    assert Memory.objects.filter(namespace="alpha").count() == 1  # not stopped half-way
+    _quota(bhg_config, "alpha", max_memories=4, on_quota_exceeded="reject")  # room for the 3 new ones
+    done = profile_import(namespace="alpha", fmt="freeform", content=text, dry_run=False, actor="test")
+    assert (done["memories_created"], done["duplicates_skipped"]) == (3, 1)
+    assert Memory.objects.filter(namespace="alpha").count() == 4
