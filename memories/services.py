@@ -31,13 +31,21 @@ def live_memory(memory_id: str, namespace: str | None) -> Memory:
     return memory
 
 
+def _namespace_of(memory_id: str) -> str:
+    """The namespace of a memory, read without a lock ("" when there is none)."""
+    found = Memory.objects.filter(pk=parse_memory_id(memory_id)).values_list("namespace", flat=True).first()
+    return found or ""
+
+
 def memory_forget(*, memory_id: str, namespace: str | None, actor: str) -> dict[str, Any]:
     """Permanently delete one live memory (scoped to ``namespace`` when given)."""
     with transaction.atomic():
+        lock_scope = namespace or _namespace_of(memory_id)
+        if lock_scope:  # before the row lock (memories/temporal/chains.py); no memory, nothing to lock
+            lock_namespace(lock_scope)
         memory = live_memory(memory_id, namespace)
         now = timezone.now()
         audit = funnel.Audit("FORGET", actor, {"summary": memory.summary, "tier": memory.retention_tier})
-        lock_namespace(memory.namespace)
         funnel.delete_memories([memory], audit=lambda _m: audit, at=now)
         chains.unlink(memory, actor=actor, at=now)  # its predecessors lead to its successor, or are current again
     return {"deleted": True, "id": str(memory.id)}
