@@ -24,7 +24,8 @@ from memories.curation.namespaces import Namespaces, within
 from memories.embeddings import get_embedder, to_bytes
 from memories.models import CONVERSATION_FIELDS, Memory, Operation
 from memories.pipeline import tiers
-from memories.selectors import iso
+from memories.quotas.admission import lock_namespace
+from memories.selectors import iso, parse_memory_id
 from memories.services import live_memory
 from memories.temporal import chains as temporal
 from retention import chains
@@ -158,6 +159,10 @@ def memory_archive(*, memory_id: str, actor: str, namespace: str | None = None) 
     fact chain go with it (retention/chains.py), an ARCHIVE row each, reason ``successor_archived``."""
     now = timezone.now()
     with transaction.atomic():
+        lock_scope = namespace or Memory.objects.filter(pk=parse_memory_id(memory_id)).values_list(
+            "namespace", flat=True).first()
+        if lock_scope:  # before any row lock, as every writer of a fact chain (memories/temporal)
+            lock_namespace(lock_scope)
         memory = live_memory(memory_id, namespace)
         older = chains.predecessors([memory])
         ArchivedMemory.objects.bulk_create([archived_copy(m, now) for m in [*older, memory]])

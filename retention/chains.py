@@ -35,11 +35,13 @@ CHAIN_MAX = 1000  # archived versions one timeline reads at most
 
 def predecessors(memories: Sequence[Memory]) -> list[Memory]:
     """The live memories that ``memories`` superseded, directly or further back, not among them;
-    locked for update (call inside the transaction that removes them), oldest first."""
+    locked for update (call inside the transaction that removes them, holding their namespace's
+    lock: a chain never leaves its namespace), oldest first."""
     seen = {m.id for m in memories}
     frontier, found = set(seen), []
     while frontier:
-        rows = list(Memory.objects.select_for_update().filter(superseded_by__in=frontier).exclude(id__in=seen))
+        rows = list(Memory.objects.select_for_update().filter(superseded_by__in=frontier).exclude(id__in=seen)
+                    .order_by("pk"))  # id order, as the chain writers lock versions
         found.extend(rows)
         frontier = {m.id for m in rows}
         seen |= frontier

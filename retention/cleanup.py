@@ -47,7 +47,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from bhgbrain_site.core.progress import Progress
@@ -137,11 +137,22 @@ def _archive_and_delete(batch: list[Memory], now: datetime, *, actor: str, reaso
     return Removed(len(batch), len(older), len(kept))
 
 
+def _locked_batch(rows: QuerySet[Memory], limit: int) -> list[Memory]:
+    """The first ``limit`` of ``rows``, locked after their namespaces' locks: the order every
+    writer of a fact chain keeps (memories/temporal), so a cleanup that takes the older versions
+    with their successor never deadlocks with a keyed write or a forget. A row that no longer
+    matches ``rows`` once locked (its expiry extended meanwhile) is left."""
+    ids = list(rows.values_list("id", flat=True)[:limit])
+    for namespace in sorted(set(Memory.objects.filter(id__in=ids).values_list("namespace", flat=True))):
+        admission.lock_namespace(namespace)
+    return list(rows.filter(id__in=ids).select_for_update())
+
+
 def _remove_batch(now: datetime, archive: bool, tier: str | None) -> Removed:
     """One transaction: lock up to BATCH still-expired rows, archive them (those in a fact chain
     always), delete them with the older versions of their chains."""
     with transaction.atomic():
-        batch = list(Memory.objects.select_for_update().filter(_expired(now, tier)).order_by("expires_at", "id")[:BATCH])
+        batch = _locked_batch(Memory.objects.filter(_expired(now, tier)).order_by("expires_at", "id"), BATCH)
         return _archive_and_delete(batch, now, actor=ACTOR, reason="expired", archive=archive)
 
 
@@ -168,7 +179,7 @@ def _trim_batch(tier: str, limit: int, now: datetime, only: str | None) -> Remov
     with transaction.atomic():
         _one_trim_at_a_time()
         still_over = budgets.trim_plan(now=now, tier=only)[tier]
-        batch = list(budgets.trim_candidates(tier).select_for_update()[:min(limit, still_over, BATCH)])
+        batch = _locked_batch(budgets.trim_candidates(tier), min(limit, still_over, BATCH))
         return _archive_and_delete(batch, now, actor=ACTOR, reason="over_budget", archive=True)
 
 
