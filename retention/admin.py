@@ -84,7 +84,9 @@ def _chart(days: list[date], series: list[tuple[str, list[int], str]]) -> str:
 def _tier_rows(board: Dashboard) -> list[dict[str, Any]]:
     return [{"namespace": namespace, "total": total, "url": _memories_url(namespace__exact=namespace),
              "cells": [{"count": tiers[t], "url": _memories_url(namespace__exact=namespace, retention_tier__exact=t)}
-                       for t in TIERS]}
+                       for t in TIERS],
+             "superseded": {"count": board.superseded.get(namespace, 0),
+                            "url": _memories_url(namespace__exact=namespace, fact="superseded")}}
             for namespace, tiers, total in board.namespaces]
 
 
@@ -131,6 +133,7 @@ def dashboard_callback(request: HttpRequest, context: dict[str, Any]) -> dict[st
              "backgroundColor": ["#7c3aed", "#6366f1", "#0ea5e9", "#94a3b8"],
              "maxBarThickness": 48, "borderRadius": 6}]}),  # unfold's default bars are 4 px wide
         memories_url=_memories_url(),
+        superseded_url=_memories_url(fact="superseded"),
         archive_url=reverse("admin:retention_archivedmemory_changelist"),
         backups_url=reverse("admin:retention_backuprecord_changelist"),
         audit_url=reverse("admin:memories_auditlog_changelist"),

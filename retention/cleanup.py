@@ -29,6 +29,13 @@ namespace, ``trimmed`` its budget trims per tier; ``archived`` and ``deleted`` c
 
 A namespace's quota under policy ``trim`` uses phase 3's trim, limited to that namespace, at
 write time (:func:`namespace_trim`, registered from retention/apps.py).
+
+Fact chains (issue 42; retention/chains.py): a memory that was superseded, or superseded another,
+is archived in every phase whatever ``archive_before_delete`` says, and the live older versions
+of whatever goes leave with it, archived, a ``FORGET`` row each with reason
+``successor_archived`` (the report's ``with_successor``, for expiry and budget trims; a namespace
+trim's ``quota_trimmed`` counts them with the memories it chose, all of them the namespace's;
+``deleted`` and ``archived`` count them all).
 """
 from __future__ import annotations
 
@@ -40,7 +47,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from bhgbrain_site.core.progress import Progress
@@ -52,7 +59,7 @@ from memories.quotas import admission, usage
 from memories.quotas.limits import Quota, quota_for, quotas_for
 from memories.quotas.plan import TRIMMABLE
 from memories.quotas.plan import trim_plan as quota_trim_take
-from retention import budgets, compaction
+from retention import budgets, chains, compaction
 from retention.backups.bhgb_format import leftovers_remove
 from retention.models import ArchivedMemory
 
@@ -67,6 +74,7 @@ class CleanupReport:
     expired: int = 0
     archived: int = 0
     deleted: int = 0
+    with_successor: int = 0  # older versions of a fact archived with their successor (retention/chains.py)
     consolidated: int = 0
     feed_rows_pruned: int = 0
     dry_run: bool = False
@@ -95,17 +103,57 @@ def _archive(memory: Memory, now: datetime) -> ArchivedMemory:
     )
 
 
-def _remove_batch(now: datetime, archive: bool, tier: str | None) -> tuple[int, int]:
-    """One transaction: lock up to BATCH still-expired rows, archive them, delete them."""
+@dataclass(frozen=True)
+class Removed:
+    """What one removal took: the memories chosen (expired, trimmed), the older versions of their
+    fact chains that went with them (retention/chains.py), and how many were archived."""
+
+    chosen: int
+    with_successor: int
+    archived: int
+
+    @property
+    def total(self) -> int:
+        return self.chosen + self.with_successor
+
+
+def _forget_audit(memory: Memory, actor: str, reason: str, archived: bool) -> funnel.Audit:
+    details = {"reason": reason, "tier": memory.retention_tier, "summary": memory.summary, "archived": archived}
+    if reason == chains.CASCADE_REASON:
+        details["successor"] = str(memory.superseded_by)
+    return funnel.Audit("FORGET", actor, details)
+
+
+def _archive_and_delete(batch: list[Memory], now: datetime, *, actor: str, reason: str, archive: bool) -> Removed:
+    """Inside the caller's transaction: the older versions of the batch's fact chains join it;
+    each is archived when ``archive`` says so or when it belongs to a chain (always, for the older
+    versions), then all are deleted through the write funnel, a FORGET audit row each."""
+    older = chains.predecessors(batch)
+    kept = {m.id for m in older} | (chains.chained(batch) if not archive else {m.id for m in batch})
+    ArchivedMemory.objects.bulk_create([_archive(m, now) for m in [*older, *batch] if m.id in kept])
+    chosen = {m.id for m in batch}
+    funnel.delete_memories([*older, *batch], at=now, audit=lambda m: _forget_audit(
+        m, actor, reason if m.id in chosen else chains.CASCADE_REASON, m.id in kept))
+    return Removed(len(batch), len(older), len(kept))
+
+
+def _locked_batch(rows: QuerySet[Memory], limit: int) -> list[Memory]:
+    """The first ``limit`` of ``rows``, locked after their namespaces' locks: the order every
+    writer of a fact chain keeps (memories/temporal), so a cleanup that takes the older versions
+    with their successor never deadlocks with a keyed write or a forget. A row that no longer
+    matches ``rows`` once locked (its expiry extended meanwhile) is left."""
+    ids = list(rows.values_list("id", flat=True)[:limit])
+    for namespace in sorted(set(Memory.objects.filter(id__in=ids).values_list("namespace", flat=True))):
+        admission.lock_namespace(namespace)
+    return list(rows.filter(id__in=ids).select_for_update())
+
+
+def _remove_batch(now: datetime, archive: bool, tier: str | None) -> Removed:
+    """One transaction: lock up to BATCH still-expired rows, archive them (those in a fact chain
+    always), delete them with the older versions of their chains."""
     with transaction.atomic():
-        batch = list(Memory.objects.select_for_update().filter(_expired(now, tier)).order_by("expires_at", "id")[:BATCH])
-        if not batch:
-            return 0, 0
-        if archive:
-            ArchivedMemory.objects.bulk_create([_archive(m, now) for m in batch])
-        funnel.delete_memories(batch, at=now, audit=lambda m: funnel.Audit(
-            "FORGET", ACTOR, {"reason": "expired", "tier": m.retention_tier, "summary": m.summary, "archived": archive}))
-    return len(batch), len(batch) if archive else 0
+        batch = _locked_batch(Memory.objects.filter(_expired(now, tier)).order_by("expires_at", "id"), BATCH)
+        return _archive_and_delete(batch, now, actor=ACTOR, reason="expired", archive=archive)
 
 
 def _one_trim_at_a_time() -> None:
@@ -119,23 +167,20 @@ def _one_trim_at_a_time() -> None:
 
 def _trim(batch: list[Memory], now: datetime, actor: str, reason: str) -> int:
     """Archive the memories whole, then delete them through the write funnel (a FORGET audit row
-    each, with ``reason``): a trimmed memory had not expired, so it is always archived."""
-    if batch:
-        ArchivedMemory.objects.bulk_create([_archive(m, now) for m in batch])
-        funnel.delete_memories(batch, at=now, audit=lambda m: funnel.Audit(
-            "FORGET", actor, {"reason": reason, "tier": m.retention_tier, "summary": m.summary, "archived": True}))
-    return len(batch)
+    each, with ``reason``): a trimmed memory had not expired, so it is always archived; the older
+    versions of its fact chain go with it, archived. How many went."""
+    return _archive_and_delete(batch, now, actor=actor, reason=reason, archive=True).total if batch else 0
 
 
-def _trim_batch(tier: str, limit: int, now: datetime, only: str | None) -> int:
+def _trim_batch(tier: str, limit: int, now: datetime, only: str | None) -> Removed:
     """One transaction: archive and delete up to ``limit`` of the tier's first memories in trim
     order, and never more than the tier is still over now (another cleanup may have trimmed it
     since this one planned: two cleanups at once must not trim it twice)."""
     with transaction.atomic():
         _one_trim_at_a_time()
         still_over = budgets.trim_plan(now=now, tier=only)[tier]
-        batch = list(budgets.trim_candidates(tier).select_for_update()[:min(limit, still_over, BATCH)])
-        return _trim(batch, now, ACTOR, "over_budget")
+        batch = _locked_batch(budgets.trim_candidates(tier), min(limit, still_over, BATCH))
+        return _archive_and_delete(batch, now, actor=ACTOR, reason="over_budget", archive=True)
 
 
 def namespace_trim(*, namespace: str, take: Mapping[str, int], actor: str, at: datetime) -> int:
@@ -234,13 +279,14 @@ def _preview(report: CleanupReport, now: datetime, archive: bool, force_compact:
 
 def _expire_all(report: CleanupReport, now: datetime, archive: bool, step: Callable[[int], None]) -> None:
     while True:
-        removed, archived = _remove_batch(now, archive, report.tier)
-        if not removed:
+        removed = _remove_batch(now, archive, report.tier)
+        if not removed.total:
             return
-        report.expired += removed
-        report.deleted += removed
-        report.archived += archived
-        step(removed)
+        report.expired += removed.chosen
+        report.with_successor += removed.with_successor
+        report.deleted += removed.total
+        report.archived += removed.archived
+        step(removed.total)
 
 
 def _quota_trim_all(report: CleanupReport, plan: dict[str, dict[str, int]], now: datetime,
@@ -260,12 +306,13 @@ def _trim_all(report: CleanupReport, plan: dict[str, int], now: datetime, step: 
     for tier, wanted in plan.items():
         while report.trimmed[tier] < wanted:
             removed = _trim_batch(tier, wanted - report.trimmed[tier], now, report.tier)
-            if not removed:
+            if not removed.chosen:
                 break
-            report.trimmed[tier] += removed
-            report.deleted += removed
-            report.archived += removed
-            step(removed)
+            report.trimmed[tier] += removed.chosen
+            report.with_successor += removed.with_successor
+            report.deleted += removed.total
+            report.archived += removed.archived
+            step(removed.total)
 
 
 def retention_cleanup(*, consolidate: bool = False, dry_run: bool = False, tier: str | None = None,

@@ -1,10 +1,10 @@
 """The governance console's landing page: what a curator should look at today.
 
 Read-only selectors, scoped to the curator's namespaces (``memories.curation.namespaces``): the store's
-health, memories per namespace × tier against the tier budgets, each namespace's quota use,
-growth and accesses over the last 30 days, and the queues that need a person (expiring soon, T1
-due for review, consolidation candidates, the vector-sync backlog), backups and the latest audit
-events. A handful of aggregate
+health, memories per namespace × tier against the tier budgets (and the superseded facts each
+namespace keeps as history), each namespace's quota use, growth and accesses over the last 30
+days, and the queues that need a person (expiring soon, T1 due for review, consolidation
+candidates, the vector-sync backlog), backups and the latest audit events. A handful of aggregate
 queries, so it stays fast on a large store (docs/performance.md has the measurement).
 """
 from __future__ import annotations
@@ -63,6 +63,11 @@ class Dashboard:
     audit: list[AuditLog] = field(default_factory=list)
     scoped: bool = False
     quotas: list[QuotaUse] = field(default_factory=list)  # namespaces with a quota: their use
+    superseded: dict[str, int] = field(default_factory=dict)  # live superseded facts (history) per namespace
+
+    @property
+    def superseded_total(self) -> int:
+        return sum(self.superseded.values())
 
 
 # COUNT(*), not COUNT(id): the id is not in the partial indexes these counts are read from.
@@ -77,6 +82,13 @@ def _tier_matrix(live: Any) -> tuple[list[tuple[str, dict[str, int], int]], dict
     rows = [(ns, tiers, sum(tiers.values())) for ns, tiers in per_namespace.items()]
     rows.sort(key=lambda r: (-r[2], r[0]))
     return rows, totals
+
+
+def _superseded(live: Any) -> dict[str, int]:
+    """Live memories kept as the history of a newer fact (issue 42), per namespace: read from the
+    partial index on ``superseded_by``."""
+    rows = live.filter(superseded_by__isnull=False).values("namespace").annotate(n=Count("*")).order_by()
+    return {row["namespace"]: row["n"] for row in rows}
 
 
 def _queues(live: Any, now: datetime) -> dict[str, int]:
@@ -160,4 +172,5 @@ def dashboard_snapshot(*, namespaces: Namespaces, now: datetime) -> Dashboard:
         audit=list(audit),
         scoped=namespaces is not None,
         quotas=quota_uses(namespaces=namespaces, limited_only=True),
+        superseded=_superseded(live),
     )

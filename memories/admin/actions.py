@@ -6,7 +6,7 @@ The selected rows come from the admin's queryset, which is already limited to th
 namespaces (memories/admin/scope.py), so ids of another namespace posted by hand select
 nothing; each memory's namespace is checked again and passed to the service.
 
-Actions that need a parameter (tier, tags, collection) and "Forget" show an intermediate page
+Actions that need a parameter (tier, tags, collection, the successor of "Supersede") and "Forget" show an intermediate page
 (``admin/memories/memory/action_parameters.html``) that posts back to the list with the same
 selection, like Django's delete confirmation: a plain CSRF-protected form.
 """
@@ -39,7 +39,9 @@ from memories.curation.edits import (
     memory_unpin,
 )
 from memories.models import Memory, RetentionTier
+from memories.selectors import parse_memory_id
 from memories.services import memory_forget, memory_tag
+from memories.temporal import supersede
 
 APPLY = "bhg_apply"  # the intermediate page's submit: the parameters are in this POST
 CHUNK = 500  # selected memories loaded at a time
@@ -286,5 +288,61 @@ def move_collection(model_admin: Any, request: HttpRequest, queryset: QuerySet[M
                       title="Move the selected memories to another collection", submit="Move", then=then)
 
 
+class SupersedeForm(forms.Form):
+    """The successor of the selected memories, by id: a live memory of their namespace, among the
+    namespaces the curator curates, and not one of them."""
+
+    successor = forms.CharField(
+        max_length=36, label="Superseded by (the newer memory's id)",
+        widget=UnfoldAdminTextInputWidget(attrs={"placeholder": "3f2b…-…", "autocomplete": "off"}),
+        help_text="the id on the newer memory's page; same namespace. The selected memories become its history: "
+                  "their validity ends where it starts.")
+
+    def __init__(self, *args: Any, candidates: QuerySet[Memory], selected: QuerySet[Memory], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.candidates, self.selected = candidates, selected
+
+    def clean_successor(self) -> Memory:
+        try:
+            pk = parse_memory_id(self.cleaned_data["successor"].strip())
+        except DomainError as exc:
+            raise forms.ValidationError(exc.message) from None
+        successor = self.candidates.filter(pk=pk).defer("embedding").first()
+        if successor is None:
+            raise forms.ValidationError(f"no live memory {pk} among the namespaces you curate")
+        if self.selected.filter(pk=pk).exists():
+            raise forms.ValidationError("a memory cannot supersede itself: name a memory you did not select")
+        others = sorted(set(self.selected.exclude(namespace=successor.namespace).values_list("namespace", flat=True)))
+        if others:
+            raise forms.ValidationError(f"the successor is in namespace {successor.namespace!r}, the selection also in "
+                                        f"{', '.join(repr(n) for n in others)}: a fact is superseded within its namespace")
+        return successor
+
+
+def _supersede_all(model_admin: Any, request: HttpRequest, queryset: QuerySet[Memory], successor: Memory) -> None:
+    """One call for the whole selection (all or nothing), then one message."""
+    older = list(queryset.values_list("pk", flat=True))
+    try:
+        closed = supersede(older=older, newer=successor.pk, actor=actor(request))
+    except DomainError as exc:
+        model_admin.message_user(request, f"Nothing superseded: {exc.message}", messages.ERROR)
+        return
+    _report(model_admin, request, f"Superseded by «{successor.summary[:60]}»:", "already superseded by it",
+            (len(closed), len(older) - len(closed)), [])
+
+
+@admin.action(description="Supersede by a newer memory…", permissions=["change"])
+def supersede_by(model_admin: Any, request: HttpRequest, queryset: QuerySet[Memory]) -> TemplateResponse | None:
+    """The selected memories become the history of the memory named on the intermediate page."""
+    candidates = model_admin.get_queryset(request).filter(archived=False)
+
+    def form_class(*args: Any, **kwargs: Any) -> SupersedeForm:
+        return SupersedeForm(*args, candidates=candidates, selected=queryset, **kwargs)
+
+    return _with_page(model_admin, request, queryset, form_class,  # type: ignore[arg-type]
+                      title="Supersede the selected memories by a newer one", submit="Supersede",
+                      then=lambda data: _supersede_all(model_admin, request, queryset, data["successor"]))
+
+
 ACTIONS = (set_tier, pin, unpin, extend_expiry, confirm_review, keep, archive_now, add_tags, remove_tags,
-           move_collection, reembed, forget)
+           move_collection, supersede_by, reembed, forget)

@@ -13,6 +13,7 @@ from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.contrib.auth.models import Group, User
 from django.db.models import Case, IntegerField, Q, QuerySet, Value, When
 from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -33,6 +34,7 @@ from memories.curation.console import console
 from memories.curation.edits import EDITABLE_FIELDS, EVENT_FIELDS, memory_edit, memory_edit_check, memory_set_event
 from memories.curation.namespaces import Namespaces, curator_scope_set, within
 from memories.curation.queues import QUEUES, queue_condition
+from memories.curation.timeline import FACT_FILTERS, fact_timeline
 from memories.models import ApiToken, AuditLog, Collection, CuratorScope, Memory, MemoryRevision
 from memories.services import memory_forget
 
@@ -59,6 +61,21 @@ class MemoryForm(forms.ModelForm):
             except DomainError as exc:
                 self.add_error(exc.field if exc.field in changes else None, exc.message)
         return cleaned
+
+
+class FactFilter(admin.SimpleListFilter):
+    """Current facts, or the superseded versions kept as their history (issue 42)."""
+
+    title = "fact"
+    parameter_name = "fact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, label) for name, (label, _condition) in FACT_FILTERS.items()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Memory]) -> QuerySet[Memory]:
+        if self.value() in FACT_FILTERS:
+            return queryset.filter(FACT_FILTERS[self.value()][1])
+        return queryset
 
 
 class QueueFilter(admin.SimpleListFilter):
@@ -108,14 +125,15 @@ class MemoryAdmin(ConsolePages, ListExport, NamespaceScoped, ModelAdmin):
     export_name = "memories"
     list_display = ("summary", "namespace", "collection", "type", "retention_tier", "expires_at", "access_count",
                     "vector_synced", "thread_link")
-    list_filter = (QueueFilter, "retention_tier", "namespace", "type", "source", "last_operation", "archived",
+    list_filter = (QueueFilter, FactFilter, "retention_tier", "namespace", "type", "source", "last_operation", "archived",
                    "vector_synced", "status")
     search_fields = ("summary", "content")  # only used without the search app (console.search unset)
     search_help_text = "Hybrid search (words and meaning, any language), or an exact id, message id or thread"
     readonly_fields = ("id", "namespace", "summary", "checksum", "source", "expires_at", "decay_eligible", "review_due",
                        "created_at", "updated_at", "access_count", "last_accessed", "last_operation", "merged_from",
                        "vector_synced", "device_id", "embedding_model", "archived", "stale", "thread_link", "speaker",
-                       "occurred_at", "message_id", "conversation_context")
+                       "occurred_at", "message_id", "conversation_context", "valid_from", "superseded_by", "fact_key",
+                       "fact_timeline")
     exclude = ("embedding", "thread")
 
     @admin.display(description="thread")
@@ -130,6 +148,14 @@ class MemoryAdmin(ConsolePages, ListExport, NamespaceScoped, ModelAdmin):
         if not obj.thread:
             return "—"
         return contexts([obj]).get(str(obj.id), "") or "—"
+
+    @admin.display(description="timeline of this fact")
+    def fact_timeline(self, obj: Memory) -> str:
+        """Its versions oldest first: validity, successor, who superseded each and why."""
+        if obj.pk is None:
+            return "—"
+        return render_to_string("admin/memories/memory/fact_timeline.html",
+                                {"versions": fact_timeline(obj), "this": {"id": str(obj.pk), "key": obj.fact_key}})
 
     def get_urls(self) -> list[Any]:
         thread = path("thread/", self.admin_site.admin_view(self.thread_view), name="memories_memory_thread")

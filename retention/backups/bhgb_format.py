@@ -10,8 +10,14 @@ bytes), ``created_at``, ``embedding_model`` and ``embedding_dimensions``; ours a
 collections, audit_log, memory_revisions, memory_archive, bootstrap_sessions) plus what we
 keep beyond it: each memory's ``embedding`` and ``embedding_model`` (a restore re-embeds
 nothing), its conversation fields (``thread speaker occurred_at message_id``) and event fields
-(``event_at valid_until status``), categories per namespace and their revisions, archived
-memories in full.
+(``event_at valid_until status``), its place in time (``valid_from superseded_by fact_key``:
+a fact's versions and their validity, issue 42), categories per namespace and their revisions,
+archived memories in full.
+
+A restore keeps every fact chain: ``superseded_by`` follows a memory whose id the restore changes
+(a duplicate the original's store could hold is dropped for its first copy; an id that is not a
+UUID gets a new one). A backup without these columns (the original BHGBrain's, or ours before
+them) loads with ``valid_from`` = ``occurred_at`` or ``created_at``, every memory current.
 """
 from __future__ import annotations
 
@@ -49,7 +55,8 @@ CREATE TABLE memories (
     merged_from TEXT, stale INTEGER NOT NULL, archived INTEGER NOT NULL, vector_synced INTEGER NOT NULL,
     device_id TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, last_accessed TEXT,
     embedding BLOB, embedding_model TEXT NOT NULL DEFAULT '',
-    thread TEXT, speaker TEXT, occurred_at TEXT, message_id TEXT, event_at TEXT, valid_until TEXT, status TEXT
+    thread TEXT, speaker TEXT, occurred_at TEXT, message_id TEXT, event_at TEXT, valid_until TEXT, status TEXT,
+    valid_from TEXT, superseded_by TEXT, fact_key TEXT
 );
 CREATE TABLE categories (
     namespace TEXT NOT NULL, name TEXT NOT NULL, slot TEXT NOT NULL, content TEXT NOT NULL,
@@ -77,7 +84,8 @@ CREATE TABLE memory_archive (
     tags TEXT NOT NULL, content TEXT NOT NULL, collection TEXT NOT NULL, type TEXT NOT NULL, category TEXT,
     source TEXT NOT NULL, checksum TEXT NOT NULL, importance REAL NOT NULL, last_accessed TEXT, device_id TEXT,
     embedding BLOB, embedding_model TEXT NOT NULL DEFAULT '', restored_at TEXT,
-    thread TEXT, speaker TEXT, occurred_at TEXT, message_id TEXT, event_at TEXT, valid_until TEXT, status TEXT
+    thread TEXT, speaker TEXT, occurred_at TEXT, message_id TEXT, event_at TEXT, valid_until TEXT, status TEXT,
+    valid_from TEXT, superseded_by TEXT, fact_key TEXT
 );
 CREATE TABLE bootstrap_sessions (
     namespace TEXT NOT NULL, section_number INTEGER NOT NULL, status TEXT NOT NULL, memory_ids TEXT NOT NULL,

@@ -72,7 +72,8 @@ def _memory_rows() -> Iterator[tuple[Any, ...]]:
 
 
 def _conversation(m: Memory | ArchivedMemory) -> tuple[Any, ...]:
-    return (m.thread, m.speaker, iso(m.occurred_at), m.message_id, iso(m.event_at), iso(m.valid_until), m.status)
+    return (m.thread, m.speaker, iso(m.occurred_at), m.message_id, iso(m.event_at), iso(m.valid_until), m.status,
+            iso(m.valid_from), str(m.superseded_by) if m.superseded_by else None, m.fact_key)
 
 
 def _other_rows() -> dict[str, Iterable[tuple[Any, ...]]]:

@@ -16,6 +16,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from bhgbrain_site.core.contracts import SUMMARY_MAX
+from bhgbrain_site.core.contracts import FACT_KEY_MAX, SUMMARY_MAX
 from bhgbrain_site.core.errors import InvalidInput, NotFound
 from bhgbrain_site.core.progress import Progress
 from categories.models import Category, CategoryRevision
@@ -125,11 +126,69 @@ def _get(row: sqlite3.Row, key: str, default: Any = None) -> Any:
     return row[key] if key in row.keys() and row[key] is not None else default
 
 
-def _memory_from(row: sqlite3.Row, now: datetime, model_id: str | None) -> Memory:
+@dataclass
+class IdPlan:
+    """The id each of a backup's memories gets in the store, decided before any is loaded, so a
+    fact's ``superseded_by`` can follow its successor wherever that row comes: a UUID keeps its
+    own, any other id a new one; a second live copy of a fact (the original had no unique
+    constraint) is dropped and its id leads to the first copy's."""
+
+    ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    dropped: dict[str, uuid.UUID] = field(default_factory=dict)
+
+    def successor(self, raw: Any, own: uuid.UUID) -> uuid.UUID | None:
+        """The store's id of the successor named ``raw`` (one outside the memories table, an archived
+        version, keeps its id); None for none, or for a copy of the memory itself."""
+        if not raw:
+            return None
+        text = str(raw)
+        found = self.ids.get(text) or self.dropped.get(text) or incoming.uuid_or_none(text)
+        return found if found != own else None
+
+
+def _unique_key(row: sqlite3.Row) -> tuple[str, ...] | None:
+    """What the store's unique constraints let only one live memory hold: a message id; a
+    thread's words (without a message id); a current fact's words. None: nothing."""
+    namespace = incoming.namespace(row["namespace"])
+    if _get(row, "message_id"):
+        return ("message", namespace, str(row["message_id"]))
+    if bool(_get(row, "archived", 0)):
+        return None
+    if _get(row, "thread"):
+        return ("thread", namespace, str(row["thread"]), str(row["checksum"]))
+    return None if _get(row, "superseded_by") else ("fact", namespace, str(row["checksum"]))
+
+
+def _id_plan(db: sqlite3.Connection) -> IdPlan:
+    plan, first = IdPlan(), {}
+    for row in _rows(db, "memories"):
+        raw, key = str(row["id"]), _unique_key(row)
+        new = incoming.uuid_or_none(raw) or uuid.uuid4()
+        if key is not None and key in first:
+            plan.dropped[raw] = first[key]
+            continue
+        if key is not None:
+            first[key] = new
+        plan.ids[raw] = new
+    return plan
+
+
+def _temporal(row: sqlite3.Row, own: uuid.UUID, plan: IdPlan, now: datetime) -> dict[str, Any]:
+    """A fact's place in time (absent from the original's backups: valid from its occurrence or
+    creation, current, no key)."""
+    start = (incoming.when(_get(row, "valid_from")) or incoming.when(_get(row, "occurred_at"))
+             or incoming.when(_get(row, "created_at"), now))
+    key = _get(row, "fact_key")
+    return {"valid_from": start, "superseded_by": plan.successor(_get(row, "superseded_by"), own),
+            "fact_key": str(key)[:FACT_KEY_MAX] if key else None}
+
+
+def _memory_from(row: sqlite3.Row, now: datetime, model_id: str | None, plan: IdPlan) -> Memory:
     embedding = _get(row, "embedding")
     embedding_model = _get(row, "embedding_model", "")
+    own = plan.ids[str(row["id"])]
     return Memory(
-        id=incoming.uuid_or_none(row["id"]) or uuid.uuid4(), namespace=incoming.namespace(row["namespace"]),
+        id=own, namespace=incoming.namespace(row["namespace"]),
         collection=incoming.collection(_get(row, "collection")),
         type=incoming.choice_or(_get(row, "type"), MemoryType.values, MemoryType.SEMANTIC), category=_get(row, "category"),
         content=str(row["content"]), summary=str(_get(row, "summary", ""))[:SUMMARY_MAX], tags=incoming.tags(_get(row, "tags", "[]")),
@@ -145,7 +204,7 @@ def _memory_from(row: sqlite3.Row, now: datetime, model_id: str | None) -> Memor
         embedding_model=embedding_model if embedding is not None else "",
         vector_synced=embedding is not None and embedding_model == model_id,
         created_at=incoming.when(_get(row, "created_at"), now), updated_at=incoming.when(_get(row, "updated_at"), now),
-        **incoming.conversation(lambda key: _get(row, key)),
+        **{**incoming.conversation(lambda key: _get(row, key)), **_temporal(row, own, plan, now)},
     )
 
 
@@ -155,20 +214,18 @@ def _clear_others() -> None:
         model.objects.all().delete()
 
 
-def _restore_memories(db: sqlite3.Connection, store: funnel.StoreReplacement, now: datetime,
+def _restore_memories(db: sqlite3.Connection, store: funnel.StoreReplacement, plan: IdPlan, now: datetime,
                       report: Callable[[int], None]) -> tuple[int, int]:
     model_id, _ = model_header()
-    seen: set[tuple[str, str]] = set()
     restored = skipped = 0
     batch: list[Memory] = []
+    current_keys: set[tuple[str, str]] = set()
     for row in _rows(db, "memories"):
-        memory = _memory_from(row, now, model_id)
-        key = (memory.namespace, memory.checksum)
-        if not memory.archived and key in seen:
+        if str(row["id"]) in plan.dropped:
             skipped += 1  # the original had no unique constraint: keep the first live copy
             continue
-        if not memory.archived:
-            seen.add(key)
+        memory = _memory_from(row, now, model_id, plan)
+        _one_current_per_key(memory, current_keys)
         batch.append(memory)
         if len(batch) >= CHUNK:
             restored += _load(store, batch)
@@ -176,6 +233,18 @@ def _restore_memories(db: sqlite3.Connection, store: funnel.StoreReplacement, no
     restored += _load(store, batch)
     report(restored)
     return restored, skipped
+
+
+def _one_current_per_key(memory: Memory, seen: set[tuple[str, str]]) -> None:
+    """A file holding two current facts of one key (written by hand, or by a store whose
+    constraint was missing) keeps the key on the first only (uniq_current_fact_key)."""
+    if memory.archived or memory.superseded_by is not None or not memory.fact_key:
+        return
+    slot = (memory.namespace, memory.fact_key)
+    if slot in seen:
+        logger.warning("backup restore: memory %s drops key %r, held by another current fact", memory.id, memory.fact_key)
+        memory.fact_key = None
+    seen.add(slot)
 
 
 def _load(store: funnel.StoreReplacement, batch: list[Memory]) -> int:
@@ -208,7 +277,7 @@ def _audit_entries(db: sqlite3.Connection, now: datetime) -> Iterator[funnel.Aud
             memory_id=incoming.uuid_or_none(r["memory_id"]), client_id=r["client_id"], details=incoming.json_object(r["details"]))
 
 
-def _restore_others(db: sqlite3.Connection, store: funnel.StoreReplacement, now: datetime) -> None:
+def _restore_others(db: sqlite3.Connection, store: funnel.StoreReplacement, plan: IdPlan, now: datetime) -> None:
     _restore_categories(db, now)
     Collection.objects.bulk_create(
         Collection(namespace=r["namespace"], name=r["name"], embedding_model=r["embedding_model"],
@@ -226,16 +295,18 @@ def _restore_others(db: sqlite3.Connection, store: funnel.StoreReplacement, now:
                          memory_ids=incoming.json_list(r["memory_ids"]))
         for r in _rows(db, "bootstrap_sessions")
     )
-    ArchivedMemory.objects.bulk_create((_archived_from(r, now) for r in _rows(db, "memory_archive")), batch_size=CHUNK)
+    ArchivedMemory.objects.bulk_create((_archived_from(r, plan, now) for r in _rows(db, "memory_archive")),
+                                       batch_size=CHUNK)
 
 
-def _archived_from(row: sqlite3.Row, now: datetime) -> ArchivedMemory:
+def _archived_from(row: sqlite3.Row, plan: IdPlan, now: datetime) -> ArchivedMemory:
     """Ours carry everything; the original's rows only a summary, which becomes the content."""
     summary = str(_get(row, "summary", ""))
     content = str(_get(row, "content", summary))
     embedding = _get(row, "embedding")
+    own = incoming.uuid_or_none(row["memory_id"]) or uuid.uuid4()
     return ArchivedMemory(
-        memory_id=incoming.uuid_or_none(row["memory_id"]) or uuid.uuid4(), namespace=incoming.namespace(row["namespace"]),
+        memory_id=own, namespace=incoming.namespace(row["namespace"]),
         collection=incoming.collection(_get(row, "collection")),
         type=incoming.choice_or(_get(row, "type"), MemoryType.values, MemoryType.SEMANTIC), category=_get(row, "category"),
         content=content, summary=summary[:SUMMARY_MAX], tags=incoming.tags(_get(row, "tags", "[]")),
@@ -246,7 +317,8 @@ def _archived_from(row: sqlite3.Row, now: datetime) -> ArchivedMemory:
         device_id=_get(row, "device_id"), embedding=bytes(embedding) if embedding is not None else None,
         embedding_model=_get(row, "embedding_model", "") if embedding is not None else "",
         created_at=incoming.when(_get(row, "created_at"), now), expired_at=incoming.when(_get(row, "expired_at"), now),
-        restored_at=incoming.when(_get(row, "restored_at")), **incoming.conversation(lambda key: _get(row, key)),
+        restored_at=incoming.when(_get(row, "restored_at")),
+        **{**incoming.conversation(lambda key: _get(row, key)), **_temporal(row, own, plan, now)},
     )
 
 
@@ -263,8 +335,9 @@ def _replace_store(db: sqlite3.Connection, source: Path, header: dict[str, Any],
     with funnel.replace_store(actor=actor, at=now) as store:
         store.clear()
         _clear_others()
-        restored, skipped = _restore_memories(db, store, now, report)
-        _restore_others(db, store, now)
+        plan = _id_plan(db)
+        restored, skipped = _restore_memories(db, store, plan, now, report)
+        _restore_others(db, store, plan, now)
         store.audit = funnel.Audit("RESTORE", actor, {
             "path": str(source), "memory_count": restored, "duplicates_skipped": skipped,
             "previous_backup": previous, "producer": header.get("producer", "bhgbrain")})

@@ -49,8 +49,9 @@ def test_expired_memories_are_archived_whole_then_deleted(hash_embedder) -> None
     report = retention_cleanup()
 
     assert report.as_dict() | {"feed_rows_pruned": 0, "compaction": {}} == {
-        "expired": 1, "archived": 1, "deleted": 1, "consolidated": 0, "feed_rows_pruned": 0, "dry_run": False,
-        "tier": None, "trimmed": {"T1": 0, "T2": 0, "T3": 0}, "quota_trimmed": {}, "compaction": {}}
+        "expired": 1, "archived": 1, "deleted": 1, "with_successor": 0, "consolidated": 0, "feed_rows_pruned": 0,
+        "dry_run": False, "tier": None, "trimmed": {"T1": 0, "T2": 0, "T3": 0}, "quota_trimmed": {},
+        "compaction": {}}
     assert {str(i) for i in Memory.objects.values_list("id", flat=True)} == {kept_t0.id, kept_live.id}
     archived = ArchivedMemory.objects.get()
     assert str(archived.memory_id) == gone.id and archived.content == original.content
