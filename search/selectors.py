@@ -29,6 +29,7 @@ from memories.loading import memories_by_id
 from memories.models import Memory
 from memories.selectors import expiring_soon, inactive_reason, iso, turn_to_dict
 from search import fulltext
+from search.degraded import vector_hits
 
 logger = logging.getLogger("bhgbrain.search")
 
@@ -90,7 +91,7 @@ def start_semantic(query: str) -> SemanticSearch:
     vector = start_query(embedder, query)
 
     def finish(*, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]:
-        hits: list[VectorHit] = index.search(vector(), namespace=namespace, collection=collection, limit=limit, now=now)
+        hits = vector_hits(index, vector(), namespace=namespace, collection=collection, limit=limit, now=now)
         return _semantic_scored(hits, embedder.curve)
 
     return finish

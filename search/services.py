@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from memories.access import memories_touch
 from memories.conversations import thread_turns
+from memories.indexes import rebuilds
 from memories.selectors import iso
 from search.gating import FOLLOW_UP_TURNS, expand_follow_up, is_follow_up, skip_reason
 from search.selectors import Mode, Scored, memories_recall, memories_search, neighbouring_turns, result_dict
@@ -63,8 +64,9 @@ def search_run(*, query: str, namespace: str, collection: str | None, mode: Mode
                with_context: int = 0) -> dict[str, Any]:
     """The search tool: ranked results (inactive events marked ``inactive``); each returned
     memory is tracked as accessed; ``with_context`` neighbouring turns for a thread's messages."""
-    items = memories_search(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit)
-    return _deliver(items, with_context=with_context)
+    with rebuilds.collecting() as degraded:  # an index rebuilt in the background was answered around
+        items = memories_search(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit)
+    return _deliver(items, with_context=with_context, meta={"degraded": degraded} if degraded else None)
 
 
 def gated_query(query: str, *, namespace: str, thread: str | None) -> tuple[str | None, dict[str, Any]]:
@@ -94,8 +96,9 @@ def recall_run(
         if gated is None:
             return {"results": [], "meta": meta}
         query = gated
-    items = memories_recall(
-        query=query, namespace=namespace, collection=collection, memory_type=memory_type,
-        tags=tags, limit=limit, min_score=min_score, include_inactive=include_inactive,
-    )
-    return _deliver(items, with_context=with_context, meta=meta)
+    with rebuilds.collecting() as degraded:
+        items = memories_recall(
+            query=query, namespace=namespace, collection=collection, memory_type=memory_type,
+            tags=tags, limit=limit, min_score=min_score, include_inactive=include_inactive,
+        )
+    return _deliver(items, with_context=with_context, meta={**meta, "degraded": degraded} if degraded else meta)

@@ -29,6 +29,7 @@ import math
 import threading
 import uuid
 from array import array
+from collections.abc import Iterator
 from datetime import datetime
 
 import numpy as np
@@ -168,10 +169,20 @@ class TextIndex(Primer, InProcessIndex):
 
     # --- lifecycle hooks (memories/indexes/base.py) ----------------------------------------
 
-    def _load_rows(self) -> None:
+    def _row_total(self) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM memories WHERE archived = %s", [False])
+            return int(cursor.fetchone()[0])
+
+    def _load_rows(self, chunk: int) -> Iterator[int]:
+        read = 0
         with connection.cursor() as cursor:
             cursor.execute(_SELECT[connection.vendor][0], [False])
-            self._ingest(_typed(cursor.fetchall()))
+            while rows := cursor.fetchmany(chunk):
+                self._ingest(_typed(rows))
+                read += len(rows)
+                yield read
+        yield read
 
     def _ready(self) -> None:
         self._prime_soon()
