@@ -4,7 +4,7 @@ full-text side's degraded path is the database's own (search/fulltext_db.py, use
 search/fulltext.py)."""
 from __future__ import annotations
 
-from datetime import datetime
+from typing import Any
 
 import numpy as np
 
@@ -14,15 +14,12 @@ from memories.indexes.vectors import VectorHit, VectorIndex
 PARTIAL_SCAN = "exact scan of the vectors loaded so far"
 
 
-def vector_hits(index: VectorIndex, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int,
-                now: datetime) -> list[VectorHit]:
-    """The index's best ``limit`` vectors; while it is rebuilt, the best of the rows it has read so
-    far (an exact scan), noted in the response's ``meta.degraded``."""
+def vector_hits(index: VectorIndex, vector: np.ndarray, **where: Any) -> list[VectorHit]:
+    """``index.search(vector, **where)``; while the index is rebuilt, the best of the rows it has
+    read so far (an exact scan), noted in the response's ``meta.degraded``."""
     try:
-        return index.search(vector, namespace=namespace, collection=collection, limit=limit, now=now)
+        return index.search(vector, **where)
     except rebuilds.Rebuilding as rebuilding:
         rebuilding.note(PARTIAL_SCAN)
-        with rebuilds.partial_answers():
-            # exact: no sketch or graph is built over a half-read matrix
-            return index.search(vector, namespace=namespace, collection=collection, limit=limit, now=now,
-                                exact=True)  # type: ignore[call-arg]
+        with rebuilds.partial_answers():  # exact: no sketch or graph is built over a half-read matrix
+            return index.search(vector, exact=True, **where)  # type: ignore[call-arg]

@@ -41,6 +41,7 @@ from memories.indexes.base import InProcessIndex
 from memories.indexes.feed import raw_datetime, raw_uuid
 from memories.indexes.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.indexes.vectors import until_of
+from memories.models import Memory
 from search.bm25 import compiled
 from search.bm25.postings import STORED_TFS, Postings, narrowed
 from search.bm25.primer import Primer, avgdl_of
@@ -170,19 +171,14 @@ class TextIndex(Primer, InProcessIndex):
     # --- lifecycle hooks (memories/indexes/base.py) ----------------------------------------
 
     def _row_total(self) -> int:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM memories WHERE archived = %s", [False])
-            return int(cursor.fetchone()[0])
+        return Memory.objects.filter(archived=False).count()
 
     def _load_rows(self, chunk: int) -> Iterator[int]:
         read = 0
-        with connection.cursor() as cursor:
-            cursor.execute(_SELECT[connection.vendor][0], [False])
-            while rows := cursor.fetchmany(chunk):
-                self._ingest(_typed(rows))
-                read += len(rows)
-                yield read
-        yield read
+        for rows in _stored_rows(chunk):
+            self._ingest(rows)
+            read += len(rows)
+            yield read
 
     def _ready(self) -> None:
         self._prime_soon()
@@ -383,6 +379,14 @@ def _namespace_totals(alive_flags: array, ns_codes: array, lengths: array) -> di
     counts = np.bincount(ns)
     totals = np.bincount(ns, weights=np.frombuffer(lengths, dtype=np.float32)[alive].astype(np.float64))
     return {code: [int(counts[code]), float(totals[code])] for code in np.flatnonzero(counts).tolist()}
+
+
+def _stored_rows(chunk: int) -> Iterator[list[tuple]]:
+    """Every live memory's stored analyzed text and place, ``chunk`` rows at a time."""
+    with connection.cursor() as cursor:
+        cursor.execute(_SELECT[connection.vendor][0], [False])
+        while rows := cursor.fetchmany(chunk):
+            yield _typed(rows)
 
 
 def _raw(values: np.ndarray) -> memoryview:

@@ -21,6 +21,7 @@ from memories.indexes import rebuilds, snapshots
 from memories.indexes.embedded import get_vector_index, reset_vector_index
 from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B
 from retention.selectors import store_health
+from search import fulltext_db
 from search.bm25 import text_index
 from search.bm25.text_index import reset_text_index
 from tests.conftest import remember
@@ -198,3 +199,13 @@ def test_nothing_changes_when_a_snapshot_exists(stored, bhg_config, settings, tm
     assert "meta" not in result and _ids(result)[0] == stored[TEXTS[0]] and not seen
     assert get_vector_index().loaded_from == "snapshot"  # type: ignore[union-attr]
     assert _text().loaded_from == "snapshot"
+
+
+def test_the_database_path_finds_a_namespace_whose_matches_rank_below_others(stored, gate, monkeypatch) -> None:  # noqa: ANN001
+    for n in range(12):  # more than a search's 10 results, each ranked above the namespace's own
+        remember(f"Lighthouse lighthouse lighthouse, the other keeper's log {n}", namespace="elsewhere")
+    monkeypatch.setattr(fulltext_db, "RANKED_FIRST", 1)  # the first ranking keeps the best 10: all another namespace's
+    during = _search("lighthouse", "fulltext")
+    assert during["meta"]["degraded"] and _ids(during) == [stored[TEXTS[0]]]
+    odd = _search('"lighthouse" OR door* NEAR(keeper) -- JIRA-1234 %_', "fulltext")  # a user's syntax stays words
+    assert odd["meta"]["degraded"] and _ids(odd)[0] == stored[TEXTS[0]]
