@@ -21,6 +21,7 @@ from django.db import DatabaseError
 from memories.indexes import rebuilds, snapshots
 from memories.indexes.eligible import EligibleRows
 from memories.indexes.feed import FeedReader, discarded_on_failure, expiries_of, split_expiries
+from memories.models import Memory
 
 
 class InProcessIndex:
@@ -56,8 +57,9 @@ class InProcessIndex:
         raise NotImplementedError
 
     def _row_total(self) -> int:
-        """How many rows a load from the database would read (one counting query)."""
-        raise NotImplementedError
+        """About how many rows a load from the database reads: the live memories (one count on an
+        index; counting the engine's own rows read every row's blob, 0.3-0.8 s at 100k)."""
+        return Memory.objects.filter(archived=False).count()
 
     def _ready(self) -> None:
         """Just loaded (``loaded_from`` says how): start any work ahead of the first searches."""
@@ -139,7 +141,7 @@ class InProcessIndex:
                     self._discard()  # a half-read chunk, or a lost connection: the next search starts over
                     raise
                 if loaded is None:
-                    self._rebuild = None
+                    self._rebuild, progress.rows_total = None, progress.rows_loaded  # the estimate was the live rows
                     self._loaded_from_database()
                     progress.end("done")
                     with rebuilds.partial_answers():

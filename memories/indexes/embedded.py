@@ -116,9 +116,6 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
     def _indexed_rows(self) -> QuerySet[Memory]:
         return Memory.objects.filter(archived=False, embedding_model=self.model_id, embedding__isnull=False)
 
-    def _row_total(self) -> int:
-        return self._indexed_rows().count()
-
     def _load_rows(self, chunk: int) -> Iterator[int]:
         rows = self._indexed_rows()
         fields = ("id", "namespace", "collection", "expires_at", "decay_eligible", "embedding", "thread")

@@ -41,7 +41,6 @@ from memories.indexes.base import InProcessIndex
 from memories.indexes.feed import raw_datetime, raw_uuid
 from memories.indexes.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.indexes.vectors import until_of
-from memories.models import Memory
 from search.bm25 import compiled
 from search.bm25.postings import STORED_TFS, Postings, narrowed
 from search.bm25.primer import Primer, avgdl_of
@@ -169,9 +168,6 @@ class TextIndex(Primer, InProcessIndex):
             self._add(memory_id, content, tags, context or "", namespace, collection, until_of(decay, expires))
 
     # --- lifecycle hooks (memories/indexes/base.py) ----------------------------------------
-
-    def _row_total(self) -> int:
-        return Memory.objects.filter(archived=False).count()
 
     def _load_rows(self, chunk: int) -> Iterator[int]:
         read = 0
