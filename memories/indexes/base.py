@@ -5,7 +5,8 @@ Each loads its rows lazily on the first search (or opens this store's last snaps
 memories/indexes/snapshots.py, and replays only the change feed after it), replays the feed
 (memories/indexes/feed.py) before every search so writes of other processes are seen, throws
 itself away after a failure that may have left it half-changed (the next search reloads it),
-and has its state copied for a snapshot under its lock. That lifecycle is written once here;
+and has its state copied for a snapshot under its lock. On a large store a load from the database
+runs in the background while searches are answered around it (memories/indexes/rebuilds.py). That lifecycle is written once here;
 an engine implements only what differs: how its rows are read, fetched, dropped and captured.
 """
 from __future__ import annotations
