@@ -253,6 +253,12 @@ class InProcessIndex:
         with self._lock:
             self._catch_up()
 
+    def stop_rebuild(self) -> None:
+        """Stop a background rebuild under way at its next chunk (the index is being thrown away)."""
+        with self._lock:
+            if self._rebuild is not None:
+                self._discard()
+
     def reload(self) -> None:
         """Read every row from the database again now, as a feed reset does (no snapshot is opened)."""
         with self._lock:

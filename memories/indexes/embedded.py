@@ -272,7 +272,8 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
         return "healthy" if self._rebuild is None else "degraded", f"embedded cosine ({state}{prefilter}{graphs})"
 
     def close(self) -> None:
-        """Nothing to release: the rows live in this process's memory."""
+        """Nothing to release (the rows live in this process's memory); a rebuild under way stops."""
+        self.stop_rebuild()
 
     def remote_memories(self, memory_ids: list[str], namespace: str) -> list[Memory]:
         return []  # every vector here came from this store's own rows

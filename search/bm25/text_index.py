@@ -426,4 +426,6 @@ def text_index_loaded() -> bool:
 def reset_text_index() -> None:
     global _index
     with _index_lock:
+        if _index is not None:
+            _index.stop_rebuild()
         _index = None

@@ -209,3 +209,15 @@ def test_the_database_path_finds_a_namespace_whose_matches_rank_below_others(sto
     assert during["meta"]["degraded"] and _ids(during) == [stored[TEXTS[0]]]
     odd = _search('"lighthouse" OR door* NEAR(keeper) -- JIRA-1234 %_', "fulltext")  # a user's syntax stays words
     assert odd["meta"]["degraded"] and _ids(odd)[0] == stored[TEXTS[0]]
+
+
+def test_an_index_thrown_away_stops_its_rebuild(stored, gate) -> None:  # noqa: ANN001
+    _search("lighthouse", "fulltext")
+    assert gate.reached.wait(10)
+    old = _text()
+    progress = old.rebuilding
+    assert progress is not None
+    reset_text_index()  # e.g. a reset: the old index reads no further
+    gate.open()
+    assert progress.state == "stopped" and progress.rows_loaded == CHUNK and not old.loaded
+    assert "meta" in _search("lighthouse", "fulltext")  # the new index rebuilds afresh (held again)
