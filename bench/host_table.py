@@ -15,7 +15,7 @@ from typing import Any
 
 BEGIN = "<!-- hosts:begin (bench/host_table.py) -->"
 END = "<!-- hosts:end -->"
-COLUMNS = ("host", "flags", "caches", "python_loop_3m_ms", "load", "commit", "date", "size",
+COLUMNS = ("host", "flags", "caches", "python_loop_3m_ms", "load", "commit", "date", "database", "size",
            "full-text p95", "hybrid p95", "hybrid new question p95", "remember p95", "search while rebuilding")
 # the phases of bench/search_latency.py whose p95 a line shows, in COLUMNS' order
 PHASES = ("fulltext", "hybrid", "hybrid_fresh", "remember")
@@ -50,8 +50,8 @@ def line_for(result: dict[str, Any]) -> dict[str, str]:
              "caches": str(machine.get("cpu_caches", "?")), "python_loop_3m_ms": str(machine.get("python_loop_3m_ms", "?")),
              "load": str(step.get("load_before", "?")).split()[0],
              "commit": str(machine.get("revision", "?")).split()[0][:12], "date": result["started"][:10],
-             "size": f"{int(size):,}" if size != "-" else "-"}
-    for column, phase in zip(COLUMNS[8:12], PHASES, strict=True):
+             "database": str(step.get("database", "SQLite")), "size": f"{int(size):,}" if size != "-" else "-"}
+    for column, phase in zip(COLUMNS[9:13], PHASES, strict=True):
         value = figures.get(f"{phase}_p95_ms")
         cells[column] = "-" if value is None else f"{value} ms"
     rebuilding = figures.get("rebuilding_fulltext_ms")

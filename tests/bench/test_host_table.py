@@ -33,7 +33,7 @@ def test_a_host_has_one_line_replaced_in_place_and_other_hosts_stay() -> None:
     first = host_table.updated(page, host_table.line_for(_result("family 25, model 17", "89", "aaaa111", 65.0)))
     (line,) = _table(first)
     assert "| avx2 fma avx512+vnni |" in line and "| 89 | 2.10 |" in line and "| aaaa111 |" in line
-    assert "| 100,000 | 65.0 ms | 14.2 ms | 40.1 ms | 48.0 ms | 210.5 ms |" in line
+    assert "| SQLite | 100,000 | 65.0 ms | 14.2 ms | 40.1 ms | 48.0 ms | 210.5 ms |" in line
 
     other = host_table.updated(first, host_table.line_for(_result("family 6, model 106", "80", "bbbb222", 6.4)))
     again = host_table.updated(other, host_table.line_for(_result("family 25, model 17", "91", "cccc333", 9.5)))
