@@ -196,6 +196,7 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
     ) -> list[VectorHit]:
         """Best ``limit`` live vectors (``facts_only``: no thread messages); ``exact`` skips the
         sketch (what the sketch is measured against)."""
+        self._while_rebuilding()  # before the lock: no wait for the rebuild's chunk under way
         with self._lock:
             self._catch_up()
             self._snapshot_when_due()

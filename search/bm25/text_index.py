@@ -203,6 +203,7 @@ class TextIndex(Primer, InProcessIndex):
     # --- searching ---------------------------------------------------------------------------
 
     def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int) -> list[tuple[str, float]]:
+        self._while_rebuilding()  # before the lock: no wait for the rebuild's chunk under way
         with self._lock:
             with self._discarded_on_failure():
                 self._follow_feed()

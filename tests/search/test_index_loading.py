@@ -221,3 +221,33 @@ def test_an_index_thrown_away_stops_its_rebuild(stored, gate) -> None:  # noqa: 
     gate.open()
     assert progress.state == "stopped" and progress.rows_loaded == CHUNK and not old.loaded
     assert "meta" in _search("lighthouse", "fulltext")  # the new index rebuilds afresh (held again)
+
+
+def test_a_search_does_not_wait_for_the_chunk_being_read(stored, gate) -> None:  # noqa: ANN001
+    _search("lighthouse", "fulltext")
+    assert gate.reached.wait(10)
+    holding, done, answers = threading.Event(), threading.Event(), []
+
+    def hold() -> None:  # the index's lock held, as the rebuild holds it while it reads a chunk
+        with _text().held():
+            holding.set()
+            done.wait(30)
+
+    def search() -> None:
+        try:
+            answers.append(_search("lighthouse door", "fulltext"))
+        finally:
+            connection.close()
+
+    holder, searcher = threading.Thread(target=hold), threading.Thread(target=search)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        searcher.start()
+        searcher.join(10)
+        assert answers, "the search waited for the index's lock"
+        assert answers[0]["meta"]["degraded"] and _ids(answers[0])[0] == stored[TEXTS[0]]
+    finally:
+        done.set()
+        holder.join()
+        searcher.join()
