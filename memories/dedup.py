@@ -28,6 +28,7 @@ from django.db.models import Q
 from memories.analyzer import stem
 from memories.embeddings import Embedder, calibrate, from_bytes
 from memories.indexes.embedded import get_vector_index
+from memories.indexes.rebuilds import Rebuilding
 from memories.indexes.vectors import VectorHit
 from memories.loading import memories_by_id
 from memories.models import Memory, Operation
@@ -190,6 +191,8 @@ def _candidates(vector: np.ndarray, model_id: str, namespace: str, collection: s
     try:
         return index.search(vector, namespace=namespace, collection=collection, limit=DEDUP_CANDIDATES, now=now,
                             facts_only=True)
+    except Rebuilding:  # the rows read so far are not all of them: the stored vectors are
+        return _stored_vector_search(vector, model_id, namespace, collection, now)
     except Exception:  # noqa: BLE001 - an index outage must not switch dedup off: scan the stored vectors
         logger.exception("vector index unavailable for dedup; scanning the collection's stored vectors instead")
         return _stored_vector_search(vector, model_id, namespace, collection, now)

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from memories import selectors as memory_selectors
+from memories.indexes import rebuilds
 from memories.models import Memory
 from memories.quotas.selectors import quota_uses, quotas_summary
 from memories.selectors import iso, memory_counts_by_tier
@@ -78,7 +79,8 @@ def _overall(components: dict[str, dict[str, str]]) -> str:
 def store_health() -> dict[str, Any]:
     """The seed's HealthSnapshot; ``status`` is unhealthy/degraded/healthy. The embedder's
     status is cached 30 s and never calls a remote API. ``quotas``: the namespaces with a quota,
-    each one's use (memories.quotas.selectors.visible_quotas trims it for the caller)."""
+    each one's use (memories.quotas.selectors.visible_quotas trims it for the caller).
+    ``index_rebuilds``: this process's index rebuilds from the database, under way or last done."""
     database = _component(*memory_selectors.database_status())
     components: dict[str, Any] = {"sqlite": database}
     body: dict[str, Any] = {"status": "unhealthy", "components": components}
@@ -96,6 +98,8 @@ def store_health() -> dict[str, Any]:
         uptime_seconds=int(time.monotonic() - _STARTED), device_id=settings.BHGBRAIN_DEVICE_ID,
         retention=stats, quotas=quotas, pid=os.getpid(),
     )
+    if rebuilding := rebuilds.progress():  # this process's index rebuilds from the database (no snapshot)
+        body["index_rebuilds"] = rebuilding
     return body
 
 

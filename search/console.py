@@ -29,6 +29,7 @@ from memories.embeddings import Embedder, calibrate, embed_query, get_embedder
 from memories.indexes.embedded import get_vector_index
 from memories.indexes.partitions import Versions
 from memories.loading import memories_by_id
+from search.degraded import vector_hits
 from search.selectors import Scored, apply_priors, default_params, fulltext_hits, fuse
 
 
@@ -48,7 +49,7 @@ def _semantic(query: tuple[np.ndarray, Embedder] | None, namespace: str, limit: 
     if query is None or index is None:
         return []
     vector, embedder = query
-    hits = index.search(vector, namespace=namespace, collection=None, limit=limit, now=now, versions=versions)
+    hits = vector_hits(index, vector, namespace=namespace, collection=None, limit=limit, now=now, versions=versions)
     calibrated = calibrate(np.array([h.cosine for h in hits]), embedder.curve) if hits else []
     return [Scored(h.memory_id, float(c), semantic=float(c)) for h, c in zip(hits, calibrated, strict=True)]
 

@@ -27,8 +27,10 @@ from django.db import connection
 from memories.analyzer import analyze_query
 from memories.conversations import contexts
 from memories.indexes.partitions import Versions
+from memories.indexes.rebuilds import Rebuilding
 from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B, field_tokens
 from memories.models import Memory
+from search import fulltext_db
 from search.bm25.text_index import fts_rowid, get_text_index
 
 # TAG_WEIGHT, CONTEXT_WEIGHT, K1 and B live in memories.indexes.sparse: Qdrant's sparse vectors use them too.
@@ -119,5 +121,10 @@ def search(query: str, *, namespace: str, collection: str | None, now: datetime,
     # SQLite stores tags apart (weighted when loaded); PostgreSQL's token arrays repeat them already.
     tag_weight = TAG_WEIGHT if connection.vendor == "sqlite" else 1
     index = get_text_index(K1, B, tag_weight, CONTEXT_WEIGHT)
-    hits = index.search(terms, namespace=namespace, collection=collection, now=now, limit=limit, versions=versions)
+    try:
+        hits = index.search(terms, namespace=namespace, collection=collection, now=now, limit=limit, versions=versions)
+    except Rebuilding as rebuilding:  # the index reads every row in the background: the database answers
+        rebuilding.note(fulltext_db.PATH)
+        hits = fulltext_db.search(terms, namespace=namespace, collection=collection, now=now, limit=limit,
+                                  versions=versions)
     return [TextHit(memory_id, score) for memory_id, score in hits]

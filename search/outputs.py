@@ -61,9 +61,21 @@ class Hit(Output):
     content_truncated: bool | None = None  # the content is the summary, to fit the response
 
 
+class Degraded(Output):
+    """An index being rebuilt from the database (no snapshot) that this answer went around."""
+
+    index: Literal["vector", "text"]
+    path: str  # what answered instead: "database full-text", "exact scan of the vectors loaded so far"
+    state: Literal["queued", "loading", "done", "failed", "stopped"]
+    rows_loaded: int
+    rows_total: int
+    elapsed_s: float
+
+
 class SearchMeta(Output):
     skipped: str | None = None  # gate: why the query was taken for small talk
     expanded_with_thread_turns: int | None = None  # gate: a follow-up borrowed this many turns
+    degraded: list[Degraded] | None = None  # answered while an index is rebuilt in the background
 
 
 class SearchResults(Output):

@@ -30,6 +30,7 @@ from memories.loading import memories_by_id
 from memories.models import Memory
 from memories.selectors import expiring_soon, inactive_reason, iso, turn_to_dict
 from search import fulltext
+from search.degraded import vector_hits
 from search.scored import Scored
 from search.temporal import CURRENT, TimeScope, temporal_fields, valid_at, with_history
 
@@ -88,8 +89,8 @@ def start_semantic(query: str) -> SemanticSearch:
 
     def finish(*, namespace: str, collection: str | None, limit: int, now: datetime,
                versions: Versions = "current") -> list[Scored]:
-        hits: list[VectorHit] = index.search(vector(), namespace=namespace, collection=collection, limit=limit, now=now,
-                                             versions=versions)
+        hits = vector_hits(index, vector(), namespace=namespace, collection=collection, limit=limit, now=now,
+                           versions=versions)
         return _semantic_scored(hits, embedder.curve)
 
     return finish

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from memories.access import memories_touch
 from memories.conversations import thread_turns
+from memories.indexes import rebuilds
 from memories.selectors import iso
 from search.gating import FOLLOW_UP_TURNS, expand_follow_up, is_follow_up, skip_reason
 from search.selectors import Mode, Scored, memories_recall, memories_search, neighbouring_turns, result_dict
@@ -65,9 +66,10 @@ def search_run(*, query: str, namespace: str, collection: str | None, mode: Mode
     """The search tool: ranked results (inactive events marked ``inactive``); each returned
     memory is tracked as accessed; ``with_context`` neighbouring turns for a thread's messages.
     Current facts only unless ``scope`` says ``as_of`` a time or ``include_history``."""
-    items = memories_search(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit,
-                            scope=scope)
-    return _deliver(items, with_context=with_context)
+    with rebuilds.collecting() as degraded:  # an index rebuilt in the background was answered around
+        items = memories_search(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit,
+                                scope=scope)
+    return _deliver(items, with_context=with_context, meta={"degraded": degraded} if degraded else None)
 
 
 def gated_query(query: str, *, namespace: str, thread: str | None) -> tuple[str | None, dict[str, Any]]:
@@ -97,8 +99,9 @@ def recall_run(
         if gated is None:
             return {"results": [], "meta": meta}
         query = gated
-    items = memories_recall(
-        query=query, namespace=namespace, collection=collection, memory_type=memory_type,
-        tags=tags, limit=limit, min_score=min_score, include_inactive=include_inactive, scope=scope,
-    )
-    return _deliver(items, with_context=with_context, meta=meta)
+    with rebuilds.collecting() as degraded:
+        items = memories_recall(
+            query=query, namespace=namespace, collection=collection, memory_type=memory_type,
+            tags=tags, limit=limit, min_score=min_score, include_inactive=include_inactive, scope=scope,
+        )
+    return _deliver(items, with_context=with_context, meta={**meta, "degraded": degraded} if degraded else meta)

@@ -10,7 +10,7 @@ import time
 from django.db import connection
 
 from bhgbrain_site import registry
-from memories.indexes import snapshots
+from memories.indexes import rebuilds, snapshots
 from search.selectors import memories_search
 
 logger = logging.getLogger("bhgbrain.search")
@@ -32,8 +32,10 @@ def indexes_warm() -> None:
     try:
         # semantic first: recall, what agents call most, needs only the model and the vectors
         memories_search(query="warm up", namespace="__warmup__", collection=None, mode="semantic", limit=1)
+        rebuilds.wait()  # a large store without a snapshot rebuilds in the background: searches meanwhile degrade
         snapshots.finish_writes(WARM_WRITE_WAIT)
         memories_search(query="warm up", namespace="__warmup__", collection=None, mode="fulltext", limit=1)
+        rebuilds.wait()
         logger.info("indexes warm in %.1f s", time.monotonic() - started)
     except Exception:  # noqa: BLE001 - a failed warm-up only means the first search loads lazily
         logger.exception("index warm-up failed; indexes load on first search")

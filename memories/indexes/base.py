@@ -5,7 +5,8 @@ Each loads its rows lazily on the first search (or opens this store's last snaps
 memories/indexes/snapshots.py, and replays only the change feed after it), replays the feed
 (memories/indexes/feed.py) before every search so writes of other processes are seen, throws
 itself away after a failure that may have left it half-changed (the next search reloads it),
-and has its state copied for a snapshot under its lock. That lifecycle is written once here;
+and has its state copied for a snapshot under its lock. On a large store a load from the database
+runs in the background while searches are answered around it (memories/indexes/rebuilds.py). That lifecycle is written once here;
 an engine implements only what differs: how its rows are read, fetched, dropped and captured.
 """
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import Any, ClassVar
 
 from django.db import DatabaseError
 
-from memories.indexes import snapshots
+from memories.indexes import rebuilds, snapshots
 from memories.indexes.eligible import EligibleRows
 from memories.indexes.feed import FeedReader, discarded_on_failure, expiries_of, split_expiries
+from memories.models import Memory
 
 
 class InProcessIndex:
@@ -41,6 +43,7 @@ class InProcessIndex:
         self._eligible = EligibleRows()
         self._version = 0  # bumped by every row written or dropped: the cached eligible rows depend on it
         self.loaded_from: str | None = None  # "database" or "snapshot", once loaded
+        self._rebuild: rebuilds.Progress | None = None  # the background read from the database under way
 
     # --- engine hooks ------------------------------------------------------------------------
 
@@ -49,9 +52,15 @@ class InProcessIndex:
         self._version += 1
         self._eligible.clear()
 
-    def _load_rows(self) -> None:
-        """Read every indexed row from the database into the empty index."""
+    def _load_rows(self, chunk: int) -> Iterator[int]:
+        """Read every indexed row from the database into the empty index, about ``chunk`` rows at a
+        time, yielding the rows read after each chunk (the lock is held only while it reads one)."""
         raise NotImplementedError
+
+    def _row_total(self) -> int:
+        """About how many rows a load from the database reads: the live memories (one count on an
+        index; counting the engine's own rows read every row's blob, 0.3-0.8 s at 100k)."""
+        return Memory.objects.filter(archived=False).count()
 
     def _ready(self) -> None:
         """Just loaded (``loaded_from`` says how): start any work ahead of the first searches."""
@@ -91,18 +100,72 @@ class InProcessIndex:
     # --- lifecycle, written once -------------------------------------------------------------
 
     def _load(self) -> None:
-        """Every row from the database, the feed position taken first (a write during the load is
-        replayed after it)."""
+        """Every row from the database, now, the feed position taken first (a write during the load
+        is replayed after it)."""
         self._discard()  # a load that failed half-way may have left rows behind
         self._feed.start()
-        self._load_rows()
+        for _ in self._load_rows(rebuilds.policy.chunk_rows):
+            pass
+        self._loaded_from_database()
+
+    def _loaded_from_database(self) -> None:
         self._loaded, self.loaded_from = True, "database"
         self._keeper.loaded()
         self._ready()
 
+    def _from_database(self) -> None:
+        """Read every row from the database: now on a small store, else in the background (searches
+        meanwhile raise ``Rebuilding`` and are answered around it). Lock held."""
+        total = self._row_total()
+        if total < rebuilds.policy.background_min_rows:
+            self._load()
+            return
+        self._discard()
+        self._feed.start()  # before the first row is read: writes during the rebuild are replayed after it
+        self._rebuild = rebuilds.Progress(self.snapshot_kind, total)
+        rebuilds.start(self, self._rebuild, self._rebuild_rows)
+
+    def _rebuild_rows(self, progress: rebuilds.Progress) -> None:
+        """On the rebuild's thread: read the rows a chunk per hold of the lock, then catch up on the
+        feed; stop if the index was discarded or reloaded meanwhile (it is no longer ``_rebuild``)."""
+        with self._lock:
+            reading = self._load_rows(rebuilds.policy.chunk_rows)
+        before = 0
+        while True:
+            with self._lock:
+                if self._rebuild is not progress:
+                    progress.end("stopped")
+                    return
+                try:
+                    loaded = next(reading, None)
+                except BaseException:
+                    self._discard()  # a half-read chunk, or a lost connection: the next search starts over
+                    raise
+                if loaded is None:
+                    self._rebuild, progress.rows_total = None, progress.rows_loaded  # the estimate was the live rows
+                    self._loaded_from_database()
+                    progress.end("done")
+                    with rebuilds.partial_answers():
+                        self._catch_up()  # the writes made while it read (a feed reset starts another rebuild)
+                    return
+            if not rebuilds.chunk_done(progress, loaded - before):
+                with self._lock:
+                    self._discard()
+                progress.end("stopped")
+                return
+            before = loaded
+
+    def _while_rebuilding(self) -> None:
+        """A search meets the background rebuild: it raises ``Rebuilding`` unless the caller takes
+        the rows read so far (``rebuilds.partial_answers``)."""
+        if self._rebuild is not None and not rebuilds.partial_wanted():
+            raise rebuilds.Rebuilding(self._rebuild)
+
     def _discard(self) -> None:
-        """Fresh, empty rows (nothing shares a buffer with a failed search); the next search reloads."""
+        """Fresh, empty rows (nothing shares a buffer with a failed search); the next search reloads.
+        A rebuild under way stops at its next chunk."""
         self._loaded = False
+        self._rebuild = None
         self._applied.clear()
         self._reset()
 
@@ -127,16 +190,22 @@ class InProcessIndex:
             self._follow_feed()
 
     def _follow_feed(self) -> None:
-        """Load (from a snapshot when there is one) on first use, then apply the feed's new rows."""
+        """Load (from a snapshot when there is one) on first use, then apply the feed's new rows.
+        While a rebuild reads the rows in the background: ``_while_rebuilding``."""
+        if self._rebuild is None:
+            self._follow_feed_loaded()
+        self._while_rebuilding()
+
+    def _follow_feed_loaded(self) -> None:
         if self._loaded and self._needs_rebuild():
-            self._load()
+            self._from_database()
             return
         if not self._loaded and not self._open_snapshot():
-            self._load()
+            self._from_database()
             return
         changes = self._feed.read()
         if changes is None:  # a store-wide reset, or too many changes to fetch one by one
-            self._load()
+            self._from_database()
         elif changes:
             self._apply_changes(changes)
 
@@ -184,6 +253,12 @@ class InProcessIndex:
         with self._lock:
             self._catch_up()
 
+    def stop_rebuild(self) -> None:
+        """Stop a background rebuild under way at its next chunk (the index is being thrown away)."""
+        with self._lock:
+            if self._rebuild is not None:
+                self._discard()
+
     def reload(self) -> None:
         """Read every row from the database again now, as a feed reset does (no snapshot is opened)."""
         with self._lock:
@@ -207,6 +282,11 @@ class InProcessIndex:
     def loaded(self) -> bool:
         """Whether the rows were read (from the database or a snapshot; they are on the first search)."""
         return self._loaded
+
+    @property
+    def rebuilding(self) -> rebuilds.Progress | None:
+        """The background rebuild from the database under way (None: none)."""
+        return self._rebuild
 
     @property
     def feed(self) -> FeedReader:

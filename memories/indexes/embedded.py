@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from datetime import datetime
 
 import numpy as np
+from django.db.models import QuerySet
 
 from memories.embeddings import from_bytes, get_embedder
 from memories.indexes import hnsw, sketch, snapshots
@@ -113,10 +114,14 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
 
     # --- lifecycle hooks (memories/indexes/base.py) ----------------------------------------
 
-    def _load_rows(self) -> None:
-        rows = Memory.objects.filter(archived=False, embedding_model=self.model_id, embedding__isnull=False)
+    def _indexed_rows(self) -> QuerySet[Memory]:
+        return Memory.objects.filter(archived=False, embedding_model=self.model_id, embedding__isnull=False)
+
+    def _load_rows(self, chunk: int) -> Iterator[int]:
+        rows = self._indexed_rows()
         fields = ("id", "namespace", "collection", "expires_at", "decay_eligible", "embedding", "thread", "superseded_by")
         self._rows.reserve(rows.count())
+        read = 0
         # Streamed: holding every row's blob at once would double the peak memory of the load.
         for memory_id, namespace, collection, expires_at, decay_eligible, blob, thread, successor in rows.values_list(
             *fields
@@ -125,6 +130,10 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
             if vector.shape[0] == self.dimensions:
                 self._put(str(memory_id), vector, partition_of(namespace, successor), collection,
                           until_of(decay_eligible, expires_at), bool(thread))
+            read += 1
+            if read % chunk == 0:
+                yield read
+        yield read
 
     def _ready(self) -> None:
         if self.loaded_from == "database" and self._rows.largest_partition() >= sketch.SKETCH_MIN_ROWS:
@@ -189,6 +198,7 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
         """Best ``limit`` live vectors (``facts_only``: no thread messages); ``exact`` skips the
         sketch (what the sketch is measured against); ``versions``: the namespace's current facts,
         its superseded ones, or both (memories/indexes/partitions.py)."""
+        self._while_rebuilding()  # before the lock: no wait for the rebuild's chunk under way
         with self._lock:
             self._catch_up()
             self._snapshot_when_due()
@@ -259,12 +269,15 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
     def health(self) -> tuple[str, str]:
         source = " from a snapshot" if self.loaded_from == "snapshot" else ""
         state = f"{self._rows.live_rows} vectors loaded{source}" if self._loaded else "loads on first search"
+        if self._rebuild is not None:
+            state = f"rebuilding from the database: {self._rebuild.rows_loaded}/{self._rebuild.rows_total} rows"
         prefilter = ", sketch prefilter" if self._rows.projection is not None else ""
         graphs = f", {self._ann.graphs()} HNSW graph(s)" if self._ann is not None and self._ann.graphs() else ""
-        return "healthy", f"embedded cosine ({state}{prefilter}{graphs})"
+        return "healthy" if self._rebuild is None else "degraded", f"embedded cosine ({state}{prefilter}{graphs})"
 
     def close(self) -> None:
-        """Nothing to release: the rows live in this process's memory."""
+        """Nothing to release (the rows live in this process's memory); a rebuild under way stops."""
+        self.stop_rebuild()
 
     def remote_memories(self, memory_ids: list[str], namespace: str) -> list[Memory]:
         return []  # every vector here came from this store's own rows

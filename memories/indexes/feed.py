@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from memories.indexes.feed_cursor import NO_PENDING, has_news, read_after, start_position
+from memories.indexes.rebuilds import Rebuilding
 from memories.indexes.vectors import until_of
 from memories.models import AuditLog, ChangeFeedEntry, Memory, VectorIndexCursor
 
@@ -135,7 +136,7 @@ def discarded_on_failure(discard: Callable[[], None], index: str) -> Iterator[No
     traceback) and the next search reloads it: one error never turns into a broken index."""
     try:
         yield
-    except DatabaseError:
+    except (DatabaseError, Rebuilding):  # nothing half-applied; a rebuild is not a failure
         raise
     except BaseException:
         discard()

@@ -29,6 +29,7 @@ import math
 import threading
 import uuid
 from array import array
+from collections.abc import Iterator
 from datetime import datetime
 
 import numpy as np
@@ -170,10 +171,12 @@ class TextIndex(Primer, InProcessIndex):
 
     # --- lifecycle hooks (memories/indexes/base.py) ----------------------------------------
 
-    def _load_rows(self) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(_SELECT[connection.vendor][0], [False])
-            self._ingest(_typed(cursor.fetchall()))
+    def _load_rows(self, chunk: int) -> Iterator[int]:
+        read = 0
+        for rows in _stored_rows(chunk):
+            self._ingest(rows)
+            read += len(rows)
+            yield read
 
     def _ready(self) -> None:
         self._prime_soon()
@@ -204,6 +207,7 @@ class TextIndex(Primer, InProcessIndex):
     def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int,
                versions: Versions = "current") -> list[tuple[str, float]]:
         """The best ``limit`` rows of the namespace's current facts, superseded ones, or both (``versions``)."""
+        self._while_rebuilding()  # before the lock: no wait for the rebuild's chunk under way
         with self._lock:
             with self._discarded_on_failure():
                 self._follow_feed()
@@ -387,6 +391,14 @@ def _namespace_totals(alive_flags: array, ns_codes: array, lengths: array) -> di
     return {code: [int(counts[code]), float(totals[code])] for code in np.flatnonzero(counts).tolist()}
 
 
+def _stored_rows(chunk: int) -> Iterator[list[tuple]]:
+    """Every live memory's stored analyzed text and place, ``chunk`` rows at a time."""
+    with connection.cursor() as cursor:
+        cursor.execute(_SELECT[connection.vendor][0], [False])
+        while rows := cursor.fetchmany(chunk):
+            yield _typed(rows)
+
+
 def _raw(values: np.ndarray) -> memoryview:
     """A numpy array's bytes without a copy (``array.frombytes`` wants a byte-format buffer)."""
     return memoryview(values).cast("B")
@@ -428,4 +440,6 @@ def text_index_loaded() -> bool:
 def reset_text_index() -> None:
     global _index
     with _index_lock:
+        if _index is not None:
+            _index.stop_rebuild()
         _index = None

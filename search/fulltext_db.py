@@ -1,0 +1,143 @@
+"""Full-text answered by the database alone, while the in-process text index is rebuilt from it
+(memories/indexes/rebuilds.py): every live row of the namespace is searched, ranked by BM25 as
+the database can compute it, so a search meanwhile answers in well under its usual cost of a
+full load.
+
+- SQLite: the FTS5 table's own index (``MATCH``) and its ``bm25()`` (FTS5's k1 1.2, b 0.75, the
+  table's global statistics; tags and context weighted per column), over the query's rarest terms
+  up to ``POSTINGS_BUDGET`` postings (the common words left out cost the most and weigh the least).
+- PostgreSQL: the analyzed token arrays of ``memory_search`` scanned with ``&&`` and scored in SQL
+  with the in-process index's k1, b and context weight, the namespace's row count for the idf
+  and the matched rows' mean length for the average (no index on the arrays: a sequential scan).
+
+The ranking differs a little from the in-process index's (other statistics); the response says
+the answer is degraded (``meta.degraded``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+
+from memories.indexes.feed import raw_uuid
+from memories.indexes.partitions import Versions
+from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B
+
+PATH = "database full-text"
+
+POSTINGS_BUDGET = 50_000  # SQLite: the rarest terms are matched up to about this many postings
+RANKED_FIRST = 1_000  # SQLite: the best this many matches are ranked first, then filtered (if too few pass: all)
+
+# Ranked in a subquery, then joined: a join per match inside the ranking cost 3x as much (100k rows).
+_SQLITE = (
+    "SELECT f.memory_id, f.rank FROM (SELECT memory_id, bm25(memories_fts, 1.0, %s, %s) AS rank FROM memories_fts "
+    "WHERE memories_fts MATCH %s ORDER BY rank{ranked}) f JOIN memories m ON m.id = f.memory_id "
+    "WHERE m.archived = 0 AND m.namespace = %s{collection} "
+    "AND (m.decay_eligible = 0 OR m.expires_at IS NULL OR m.expires_at > %s){current} "
+    "ORDER BY f.rank LIMIT %s"
+)
+
+_POSTGRESQL = """
+WITH matched AS (
+    SELECT s.memory_id, s.tokens, s.context_tokens
+    FROM memory_search s JOIN memories m ON m.id = s.memory_id
+    WHERE m.archived = false AND m.namespace = %(namespace)s{collection}
+      AND (m.decay_eligible = false OR m.expires_at IS NULL OR m.expires_at > %(now)s){current}
+      AND (s.tokens && %(terms)s::text[] OR s.context_tokens && %(terms)s::text[])
+), counted AS (
+    SELECT memory_id, q.term,
+           cardinality(array_positions(tokens, q.term))
+             + %(context_weight)s * cardinality(array_positions(context_tokens, q.term)) AS tf,
+           cardinality(tokens) + %(context_weight)s * cardinality(context_tokens) AS dl
+    FROM matched CROSS JOIN unnest(%(terms)s::text[]) AS q(term)
+), terms AS (
+    SELECT term, count(*) FILTER (WHERE tf > 0) AS df FROM counted GROUP BY term
+), lengths AS (
+    SELECT greatest(avg(dl), 1) AS avgdl FROM counted
+), namespace AS (
+    SELECT count(*) AS n FROM memories WHERE namespace = %(namespace)s AND archived = false
+)
+SELECT c.memory_id,
+       sum(ln(1 + (namespace.n - t.df + 0.5) / (t.df + 0.5))
+           * c.tf * (%(k1)s + 1) / (c.tf + %(k1)s * (1 - %(b)s + %(b)s * c.dl / lengths.avgdl))) AS score
+FROM counted c JOIN terms t USING (term) CROSS JOIN lengths CROSS JOIN namespace
+WHERE c.tf > 0
+GROUP BY c.memory_id ORDER BY score DESC LIMIT %(limit)s
+"""
+
+
+def search(terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int,
+           versions: Versions = "current") -> list[tuple[str, float]]:
+    """(memory id, BM25 score) of the best ``limit`` live rows of the namespace matching any term:
+    its current facts, its superseded ones, or both (``versions``, memories/indexes/partitions.py)."""
+    if connection.vendor == "sqlite":
+        return _sqlite(terms, _Where(namespace, collection, now, versions), limit)
+    return _postgresql(terms, _Where(namespace, collection, now, versions), limit)
+
+
+@dataclass(frozen=True)
+class _Where:
+    namespace: str
+    collection: str | None
+    now: datetime
+    versions: Versions
+
+    @property
+    def current(self) -> str:
+        if self.versions == "all":
+            return ""
+        return f" AND m.superseded_by IS {'NOT ' if self.versions == 'superseded' else ''}NULL"
+
+
+def _quoted(term: str) -> str:
+    """A term as an FTS5 string (a user's quotes or operators stay words)."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def _rarest(terms: list[str]) -> list[str]:
+    """The query's rarest terms, up to ``POSTINGS_BUDGET`` postings in all (at least one): ranking
+    every match of a common word costs seconds at a million rows, and it adds little to BM25."""
+    counted = []
+    with connection.cursor() as cursor:
+        for term in dict.fromkeys(terms):
+            cursor.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH %s", [_quoted(term)])
+            counted.append((int(cursor.fetchone()[0]), term))
+    chosen, postings = [], 0
+    for count, term in sorted(counted):
+        if count and (not chosen or postings + count <= POSTINGS_BUDGET):
+            chosen.append(term)
+            postings += count
+    return chosen
+
+
+def _sqlite(terms: list[str], where: _Where, limit: int) -> list[tuple[str, float]]:
+    chosen = _rarest(terms)
+    if not chosen:
+        return []
+    match = " OR ".join(_quoted(term) for term in chosen)
+    hits = _sqlite_ranked(match, where, limit, f" LIMIT {max(RANKED_FIRST, limit)}")
+    if len(hits) < limit:  # the best matches were mostly other namespaces' (or not live): rank every match
+        hits = _sqlite_ranked(match, where, limit, "")
+    return hits
+
+
+def _sqlite_ranked(match: str, where: _Where, limit: int, ranked: str) -> list[tuple[str, float]]:
+    sql = _SQLITE.format(ranked=ranked, collection=" AND m.collection = %s" if where.collection is not None else "",
+                         current=where.current)
+    params: list[object] = [float(TAG_WEIGHT), float(CONTEXT_WEIGHT), match, where.namespace]
+    params += [where.collection] if where.collection is not None else []
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, connection.ops.adapt_datetimefield_value(where.now), limit])
+        return [(str(raw_uuid(memory_id)), -float(rank)) for memory_id, rank in cursor.fetchall()]
+
+
+def _postgresql(terms: list[str], where: _Where, limit: int) -> list[tuple[str, float]]:
+    sql = _POSTGRESQL.format(collection=" AND m.collection = %(collection)s" if where.collection is not None else "",
+                             current=where.current)
+    params = {"namespace": where.namespace, "collection": where.collection, "now": where.now,
+              "terms": list(dict.fromkeys(terms)), "context_weight": float(CONTEXT_WEIGHT), "k1": float(K1),
+              "b": float(B), "limit": limit}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [(str(memory_id), float(score)) for memory_id, score in cursor.fetchall()]
