@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jsonschema
@@ -251,3 +252,26 @@ def test_a_search_does_not_wait_for_the_chunk_being_read(stored, gate) -> None: 
         done.set()
         holder.join()
         searcher.join()
+
+
+@pytest.mark.parametrize("mode", ["fulltext", "semantic", "hybrid"])
+def test_the_degraded_paths_answer_current_facts_and_as_of_the_versions_valid_then(hash_embedder, bhg_config,
+                                                                                    gate, mode: str) -> None:  # noqa: ANN001
+    old = remember("The API gateway of the shop is Kong", namespace="loading", key="shop/gateway",
+                   valid_from=datetime(2026, 1, 1, tzinfo=UTC))
+    new = remember("The API gateway of the shop is Envoy", namespace="loading", key="shop/gateway",
+                   valid_from=datetime(2026, 6, 1, tzinfo=UTC))
+    reset_vector_index()
+    reset_text_index()
+    current = registry.call_tool("search", {"query": "API gateway of the shop", "namespace": "loading", "mode": mode}, CTX)
+    assert gate.reached.wait(10) and current["meta"]["degraded"]  # answered while the rebuild is held
+    # a semantic search scans only the vectors read so far (none, while the text index is rebuilt first)
+    partial = mode == "semantic"
+    assert str(old.id) not in _ids(current) and _ids(current)[:1] in ([[], [str(new.id)]] if partial else [[str(new.id)]])
+    then = registry.call_tool("search", {"query": "API gateway of the shop", "namespace": "loading", "mode": mode,
+                                         "as_of": "2026-03-01"}, CTX)
+    assert then["meta"]["degraded"] and str(new.id) not in _ids(then)
+    assert _ids(then)[:1] in ([[], [str(old.id)]] if partial else [[str(old.id)]])
+    gate.open()
+    after = registry.call_tool("search", {"query": "API gateway of the shop", "namespace": "loading", "mode": mode}, CTX)
+    assert "degraded" not in after.get("meta", {}) and _ids(after) == [str(new.id)]
