@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from bhgbrain_site.core.contracts import FACT_KEY_MAX, SUMMARY_MAX
+from bhgbrain_site.core.contracts import SUMMARY_MAX
 from bhgbrain_site.core.errors import InvalidInput, NotFound
 from bhgbrain_site.core.progress import Progress
 from categories.models import Category, CategoryRevision
@@ -174,13 +174,13 @@ def _id_plan(db: sqlite3.Connection) -> IdPlan:
 
 
 def _temporal(row: sqlite3.Row, own: uuid.UUID, plan: IdPlan, now: datetime) -> dict[str, Any]:
-    """A fact's place in time (absent from the original's backups: valid from its occurrence or
-    creation, current, no key)."""
-    start = (incoming.when(_get(row, "valid_from")) or incoming.when(_get(row, "occurred_at"))
-             or incoming.when(_get(row, "created_at"), now))
-    key = _get(row, "fact_key")
-    return {"valid_from": start, "superseded_by": plan.successor(_get(row, "superseded_by"), own),
-            "fact_key": str(key)[:FACT_KEY_MAX] if key else None}
+    """A fact's place in time (memories.incoming.validity; absent from the original's backups:
+    valid from its occurrence or creation, current, no key), its successor's id as the store has it."""
+    fields = incoming.validity(lambda key: _get(row, key))
+    fields["valid_from"] = (fields["valid_from"] or incoming.when(_get(row, "occurred_at"))
+                            or incoming.when(_get(row, "created_at"), now))
+    fields["superseded_by"] = plan.successor(_get(row, "superseded_by"), own)
+    return fields
 
 
 def _memory_from(row: sqlite3.Row, now: datetime, model_id: str | None, plan: IdPlan) -> Memory:

@@ -66,8 +66,8 @@ def test_a_curator_supersedes_a_fact_then_reads_its_timeline(page: Page, live_se
     screenshot(page, "timeline")
     timeline.get_by_role("link", name="We moved the API gateway to Envoy").click()
     expect(page).to_have_url(re.compile(rf"/{envoy}/change/$"))
+    expect(page.locator("#bhg-timeline li[data-this]")).to_have_attribute("data-id", envoy)  # the new page is in
     assert _timeline(page) == [(kong, "superseded"), (envoy, "current")]
-    expect(page.locator("#bhg-timeline li[data-this]")).to_have_attribute("data-id", envoy)
 
     page.goto(f"{live_server.url}/admin/")
     expect(page.locator("#bhg-superseded-total")).to_have_text("Superseded facts kept as history: 1")
