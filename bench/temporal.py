@@ -170,6 +170,8 @@ def ingest(corpus: tc.Corpus, mode: str, feats: dict[str, bool]) -> Ingested:
 class Tally:
     asked: int = 0
     top1: int = 0
+    first_of_chain: int = 0  # the first result of the asked chain is the expected version (time, not retrieval)
+    chain_found: int = 0  # some version of the asked chain is in the results
     chain_exact: int = 0  # history: top-1 then every older version, newest first
     empty: int = 0
     content_mismatch: int = 0  # top-1's content does not hold the text its id stands for (diagnostic)
@@ -177,6 +179,7 @@ class Tally:
     boundary: list[int] = field(default_factory=lambda: [0, 0])  # as_of on a version's first instant: [asked, right]
     bare_date: list[int] = field(default_factory=lambda: [0, 0])
     by_lang: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    by_attribute: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
     failures: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -232,9 +235,15 @@ def ask(corpus: tc.Corpus, store: Ingested, feats: dict[str, bool], kinds: Seque
         elif top is not None and not _same_text(results[0]["content"], facts[top].text):
             tally.content_mismatch += 1
         tally.top1 += right
+        own = [fid for fid in held if fid is not None and chain_of[fid] == question.chain]
+        tally.chain_found += bool(own)
+        tally.first_of_chain += bool(own) and own[0] == question.expected
         lang = chains[question.chain].lang
         tally.by_lang[lang][0] += 1
         tally.by_lang[lang][1] += right
+        attribute = chains[question.chain].attribute
+        tally.by_attribute[attribute][0] += 1
+        tally.by_attribute[attribute][1] += right
         if question.kind == "as_of":
             for flag, bucket in ((question.boundary, tally.boundary), (question.bare_date, tally.bare_date)):
                 if flag:
@@ -249,7 +258,7 @@ def ask(corpus: tc.Corpus, store: Ingested, feats: dict[str, bool], kinds: Seque
             tally.chain_exact += tuple(run) == question.chain_newest_first
         if question.kind == "current":
             _rank(results, held, question, chain_of, chains, newest_memory, ranking)
-        if not right and len(tally.failures) < 5:
+        if not right and len(tally.failures) < 40:
             tally.failures.append({"question": question.text, "as_of": question.as_of,
                                    "expected": facts[question.expected].text if question.expected is not None else None,
                                    "got": results[0]["content"] if results else None})
@@ -448,9 +457,13 @@ def summarise(store: Ingested, asked: dict[str, Any]) -> dict[str, Any]:
         lat = asked["latencies"][kind]
         kinds[kind] = {
             "asked": tally.asked, "top1": tally.top1, "top1_accuracy": round(tally.top1 / tally.asked, 4) if tally.asked else None,
+            "chain_found": tally.chain_found, "first_of_chain": tally.first_of_chain,
+            "first_of_chain_accuracy": round(tally.first_of_chain / tally.chain_found, 4) if tally.chain_found else None,
             "empty": tally.empty, "content_mismatch": tally.content_mismatch, "errors": dict(tally.errors),
             "by_language": {lang: {"asked": n, "top1_accuracy": round(r / n, 4) if n else None}
                             for lang, (n, r) in sorted(tally.by_lang.items())},
+            "by_attribute": {name: {"asked": n, "top1_accuracy": round(r / n, 4) if n else None}
+                             for name, (n, r) in sorted(tally.by_attribute.items())},
             "search_p50_ms": _percentile(lat, 50), "search_p95_ms": _percentile(lat, 95), "failures": tally.failures,
         }
         if kind == "history":
@@ -506,7 +519,9 @@ def print_report(result: dict[str, Any]) -> None:
                 extra = (f"; on a version's first instant {cell['boundary']['top1']}/{cell['boundary']['asked']}, "
                          f"bare dates {cell['bare_date']['top1']}/{cell['bare_date']['asked']}")
             langs = ", ".join(f"{lang} {_fmt(v['top1_accuracy'])} ({v['asked']})" for lang, v in cell["by_language"].items())
-            print(f"  {mode:5} {kind:8} {langs}; empty {cell['empty']}, content mismatch {cell['content_mismatch']}, "
+            print(f"  {mode:6} {kind:8} right version among the asked chain's results {_fmt(cell['first_of_chain_accuracy'])} "
+                  f"(chain in the top {LIMIT}: {cell['chain_found']}/{cell['asked']}); {langs}")
+            print(f"  {'':6} {kind:8} empty {cell['empty']}, content mismatch {cell['content_mismatch']}, "
                   f"errors {cell['errors'] or 0}; search p50 {_fmt(cell['search_p50_ms'], '.1f')} ms{extra}")
     lat = result.get("latency")
     if lat:
