@@ -45,6 +45,13 @@ class MemoryViewSet(OperationViewSet):
         """Forget: permanently delete the memory."""
         return self.run("forget", {**self.query("namespace"), "id": memory_id}, coerce=True)
 
+    @extend_schema(parameters=[MEMORY_ID, NAMESPACE], responses={200: output_model("memories.history")},
+                   operation_id="memories_history")
+    @action(detail=True, methods=["get"])
+    def history(self, request: Request, memory_id: str) -> Response:
+        """The versions of the memory's fact, oldest first, with validity and who superseded them."""
+        return self.run("memories.history", {**self.query("namespace"), "id": memory_id}, coerce=True)
+
     @extend_schema(parameters=[MEMORY_ID], request=input_model("tag"), responses=output_model("tag"))
     @action(detail=True, methods=["post"])
     def tags(self, request: Request, memory_id: str) -> Response:

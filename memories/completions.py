@@ -82,6 +82,14 @@ def threads_complete(*, prefix: str, namespace: str, limit: int) -> Matches:
                    "thread", limit)
 
 
+def keys_complete(*, prefix: str, namespace: str, limit: int) -> Matches:
+    """Fact keys of the namespace, the ones with most versions first (idx_memories_fact_key); what
+    was typed is matched as keys are stored (casefolded, inner whitespace collapsed)."""
+    typed = " ".join(prefix.split()).casefold() + (" " if prefix[-1:].isspace() and prefix.strip() else "")
+    return _ranked(Memory.objects.filter(starts_with("fact_key", typed), namespace=namespace, fact_key__isnull=False),
+                   "fact_key", limit)
+
+
 def _id_range(prefix: str) -> Q | None:
     """The ids starting with ``prefix`` (hex digits, dashes ignored) as a range of the primary key;
     None when the prefix cannot start an id."""

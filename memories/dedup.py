@@ -158,7 +158,7 @@ def _stored_vector_search(vector: np.ndarray, model_id: str, namespace: str, col
     """Exact cosine over the collection's vectors as stored in the database (the index is down)."""
     live = Q(decay_eligible=False) | Q(expires_at__isnull=True) | Q(expires_at__gt=now)
     rows = (Memory.objects.filter(live, namespace=namespace, collection=collection, archived=False, thread__isnull=True,
-                                  embedding_model=model_id, embedding__isnull=False)
+                                  superseded_by__isnull=True, embedding_model=model_id, embedding__isnull=False)
             .values_list("id", "embedding"))
     ids, vectors = [], []
     for memory_id, blob in rows.iterator(chunk_size=2000):
@@ -198,8 +198,8 @@ def semantic_match(vector: np.ndarray, embedder: Embedder, content: str, *, name
     base = settings.BHGBRAIN.deduplication.similarity_threshold
     for hit in hits:
         candidate = found.get(uuid.UUID(hit.memory_id))
-        if candidate is None or candidate.archived:
-            continue
+        if candidate is None or candidate.archived or candidate.superseded_by is not None:
+            continue  # only a current fact is a candidate: a superseded one has a successor already
         similarity = float(calibrate(hit.cosine, embedder.curve))
         if similarity < tier_thresholds(candidate.retention_tier, base).update:
             continue

@@ -49,6 +49,7 @@ INDEXED_FIELDS = frozenset({
     "namespace", "collection", "type", "category", "content", "summary", "tags", "source", "importance",
     "retention_tier", "expires_at", "decay_eligible", "archived", "device_id", "embedding", "embedding_model",
     "created_at", "thread", "speaker", "occurred_at", "message_id", "event_at", "valid_until", "status",
+    "valid_from", "superseded_by", "fact_key",
 })
 # Fields that only move when a memory stops being searchable: a change to nothing else indexed
 # appends an EXPIRY feed row, which every process applies by reading these two columns (an
@@ -223,6 +224,14 @@ def _revision_row(memory: Memory, revision: Revision, actor: str, at: datetime) 
                                   operation=revision.operation, state=revision.state, updated_at=at, updated_by=actor)
 
 
+def _with_validity(memories: Iterable[Memory]) -> None:
+    """Every inserted memory says from when it holds: ``valid_from`` as given, else when it
+    happened, else its creation (memories/temporal)."""
+    for memory in memories:
+        if memory.valid_from is None:
+            memory.valid_from = memory.occurred_at or memory.created_at
+
+
 def _actor(audit: Audit | None) -> str:
     return audit.actor if audit is not None else "system"
 
@@ -234,6 +243,8 @@ def save_memory(memory: Memory, *, audit: Audit | None, at: datetime, insert: bo
     one memory (only ``fields`` when given) with every side effect; ``revision``: keep what it
     said before (by the audit's actor). Returns the feed row's id (None when no indexed field changed)."""
     changed = frozenset(fields) if fields is not None else None
+    if insert:
+        _with_validity([memory])
     if insert and quota:
         admission.admit([memory], actor=_actor(audit), at=at)
     if revision is not None:
@@ -315,6 +326,7 @@ def insert_memories(memories: Sequence[Memory], *, audit: Callable[[Memory], Aud
     their neighbours' contexts, one audit row and one feed row each."""
     if not memories:
         return
+    _with_validity(memories)
     if quota:
         admission.admit(memories, actor=_actor(audit(memories[0]) if audit is not None else None), at=at)
     Memory.objects.bulk_create(memories)
@@ -361,6 +373,7 @@ class StoreReplacement:
     def load(self, memories: Sequence[Memory]) -> None:
         """Insert a batch of memories as they were (no audit row each: the store's row says it);
         the indexers read them when the whole store is in (a message's context spans batches)."""
+        _with_validity(memories)  # a store saved before facts had a validity
         Memory.objects.bulk_create(memories)
         self._loaded.update(memory.id for memory in memories)
 

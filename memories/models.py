@@ -126,10 +126,11 @@ class Memory(ConversationFields):
             models.Index(fields=["superseded_by"], condition=Q(superseded_by__isnull=False), name="idx_memories_superseded"),
         ]
         constraints = [
-            # one live copy of a fact; threaded messages are events: the same words may be said twice
+            # one live, current copy of a fact; threaded messages are events: the same words may be
+            # said twice; a superseded version may say again what a later one says (Alice moved back)
             models.UniqueConstraint(
                 fields=["namespace", "checksum"],
-                condition=Q(archived=False, thread__isnull=True),
+                condition=Q(archived=False, thread__isnull=True, superseded_by__isnull=True),
                 name="uniq_live_memory_checksum",
             ),
             # without a message id, the same words twice in one thread are one message

@@ -6,6 +6,7 @@ checked the caller; the handler fills defaults and calls one service or selector
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
@@ -17,6 +18,7 @@ from bhgbrain_site.core.contracts import (
     CONTENT_MAX,
     DEVICE_ID_MAX,
     IMPORT_MAX,
+    SUPERSEDES_MAX,
     THREAD_BATCH_MAX,
     EventStatus,
     MemoryTypeName,
@@ -28,6 +30,7 @@ from bhgbrain_site.core.inputs import (
     CollectionName,
     Cursor,
     Duration,
+    FactKey,
     Input,
     MemoryId,
     MessageId,
@@ -46,6 +49,7 @@ from memories.interop import bootstrap, repair
 from memories.quotas import selectors as quota_selectors
 from memories.remember import RememberInput, memory_remember
 from memories.remember import thread_append as append_to_thread
+from memories.temporal import history
 
 
 def _namespace(value: str | None) -> str:
@@ -79,12 +83,23 @@ class RememberParams(_MessageFields):
     namespace: Namespace | None = None
     collection: CollectionName | None = None
     thread: ThreadId | None = None
+    # a fact's place in time (memories/temporal)
+    valid_from: Timestamp | None = None  # from when it holds (default: occurred_at, else now)
+    key: FactKey | None = None  # its slot ("alice/home-city"): the newest version of a key is current
+    supersedes: MemoryId | list[MemoryId] | None = Field(default=None, max_length=SUPERSEDES_MAX)
 
     @model_validator(mode="after")
     def _message_fields_need_a_thread(self) -> RememberParams:
         if self.thread is None and (self.speaker is not None or self.message_id is not None):
             raise ValueError("speaker and message_id describe a message of a thread: give thread too")
+        if self.thread is not None and (self.key is not None or self.supersedes is not None):
+            raise ValueError("key and supersedes describe a fact, not a message of a thread")
         return self
+
+    def superseded_ids(self) -> tuple[str, ...]:
+        if self.supersedes is None:
+            return ()
+        return (self.supersedes,) if isinstance(self.supersedes, str) else tuple(self.supersedes)
 
 
 def _remember_input(message: _MessageFields, *, namespace: str, collection: str | None,
@@ -107,9 +122,14 @@ def remember(params: RememberParams, ctx: CallContext) -> dict[str, Any]:
     into a near-duplicate; merged_with_id) or NOOP (already known). With `thread` (a
     conversation id you choose), `speaker`, `occurred_at` and `message_id` it stores one
     message of a conversation: never merged; a re-sent `message_id` is a NOOP with the same id.
-    Optional `event_at`, `valid_until`, `status` (planned/done/cancelled) make it an event."""
+    Optional `event_at`, `valid_until`, `status` (planned/done/cancelled) make it an event.
+    Facts change over time: `key` (a slot you name, e.g. "alice/home-city") makes the newest
+    fact of that key current and keeps the older ones as its history; `supersedes` (an id or a
+    list) marks older memories replaced by this one; `valid_from` says since when it holds
+    (default: occurred_at, else now). Nothing superseded is deleted: see memory://{id}/history."""
     data = _remember_input(params, namespace=_namespace(params.namespace), collection=params.collection,
                            thread=params.thread)
+    data = dataclasses.replace(data, valid_from=params.valid_from, key=params.key, supersedes=params.superseded_ids())
     return memory_remember(data=data, actor=ctx.actor).as_dict()
 
 
@@ -374,11 +394,27 @@ def audit_list(params: AuditParams, ctx: CallContext) -> dict[str, Any]:
                                                operation=params.operation, memory_id=params.memory_id)}
 
 
+class HistoryParams(Input):
+    id: MemoryId
+    namespace: Namespace | None = None
+
+
+@operation("memories.history", HistoryParams, tool=False, output=outputs.MemoryHistory)
+def memories_history(params: HistoryParams, ctx: CallContext) -> dict[str, Any]:
+    """A fact's versions, oldest first: each with its validity interval (valid_from, valid_until),
+    its key, whether it is current, and who superseded it, why (explicit, key, dedup) and when.
+    Not counted as an access."""
+    return history.memory_history(memory_id=params.id, namespace=_namespace(params.namespace))
+
+
 resource("memory://list", "Memory list", "Cursor-paginated memories, newest first (?namespace=&limit=1..100&cursor=)",
          operation="memories.list")
 resource("collection://list", "Collection list", "Collections of the namespace with memory counts (?namespace=)",
          operation="collections", fixed={"action": "list"})
 resource("memory://{id}", "Memory", "One memory by id (?namespace=); counts as an access", operation="memories.get")
+resource("memory://{id}/history", "Memory history",
+         "The versions of a memory's fact, oldest first, with validity and who superseded them (?namespace=)",
+         operation="memories.history")
 resource("collection://{name}", "Collection", "Memories of one collection, newest first (?namespace=&limit=&cursor=)",
          operation="collections.get")
 
@@ -457,6 +493,19 @@ def namespaces_set_quota(params: QuotaSetParams, ctx: CallContext) -> dict[str, 
 # --------------------------------------------------------------------------- prompts and completions
 
 
+class FactHistoryArgs(Input):
+    key: FactKey = Field(description='the fact key, e.g. "alice/home-city"')
+    namespace: Namespace | None = Field(default=None, description="where the fact is stored (default: yours)")
+
+
+@prompt("fact-history", FactHistoryArgs, title="How a fact changed", completes={"key": "key", "namespace": "namespace"})
+def fact_history_prompt(params: FactHistoryArgs, ctx: CallContext) -> PromptMessages:
+    """The versions of one fact key, oldest first, with when each held and what replaced it, and
+    a request to say what is true now and what changed when."""
+    return [("user", prompts.fact_history(history.key_history(key=params.key, namespace=_namespace(params.namespace))))]
+
+
+
 class BootstrapPromptArgs(Input):
     namespace: Namespace = Field(default="profile", description='where the profile is stored (default "profile")')
     section: int | None = Field(default=None, ge=1, le=10,
@@ -491,4 +540,6 @@ completer("namespace", completions.namespaces_complete)
 completer("collection", completions.collections_complete, resources={"collection://{name}": "name"})
 completer("tag", completions.tags_complete)
 completer("thread", completions.threads_complete)
-completer("memory", completions.memory_ids_complete, resources={"memory://{id}": "id"})
+completer("memory", completions.memory_ids_complete,
+          resources={"memory://{id}": "id", "memory://{id}/history": "id"})
+completer("key", completions.keys_complete)

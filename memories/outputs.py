@@ -21,6 +21,11 @@ class Remembered(Output):
     retention_tier: Tier
     expires_at: Stamp | None
     merged_with_id: str | None = None  # only for UPDATE
+    valid_from: Stamp | None = None  # from when the fact holds
+    key: str | None = None  # its fact key, normalised
+    current: bool = True  # False: a late arrival, stored straight into its key's history
+    superseded_by: str | None = None  # only when not current
+    superseded: list[str] | None = None  # only when this write closed memories (the key's previous version, …)
 
 
 class AppendedMessage(Output):
@@ -180,3 +185,38 @@ class Repaired(Output):
     recovered: int
     errors: int
     dry_run: bool
+
+
+class Supersession(Output):
+    """Who superseded a version, why and when (its SUPERSEDE audit row)."""
+
+    by: str  # the caller's client id
+    reason: Literal["explicit", "key", "dedup"] | None
+    at: Stamp
+    late: bool  # a late arrival: stored straight into its key's history
+
+
+class HistoryVersion(Output):
+    id: str
+    collection: str
+    summary: str
+    content: str
+    tags: TagList
+    retention_tier: Tier
+    created_at: Stamp
+    valid_from: Stamp  # the version holds from valid_from (inclusive) …
+    valid_until: Stamp | None  # … until valid_until (exclusive); null: open
+    superseded_by: str | None
+    key: str | None
+    current: bool
+    superseded: Supersession | None  # null while current (or superseded before the audit said why)
+
+
+class MemoryHistory(Output):
+    """memory://{id}/history: every version of the fact, oldest first."""
+
+    id: str  # the memory asked about
+    namespace: str
+    key: str | None
+    current_id: str | None  # the current version (null: every version is superseded or gone)
+    versions: list[HistoryVersion]

@@ -2,6 +2,8 @@
 the bootstrap interview and remember-this. Reads only; the model writes through the tools."""
 from __future__ import annotations
 
+from typing import Any
+
 from memories.completions import tags_complete
 from memories.interop import bootstrap
 
@@ -72,6 +74,9 @@ def remember_this(*, passage: str, namespace: str, collection: str | None, tag: 
         + (f' Give every one the tag "{tag}".' if tag else ""),
         "- importance 0-1: 0.9+ for rules and decisions others must follow, about 0.5 for useful context, "
         "0.2 for details.",
+        "- A fact that changes over time (where someone lives, which system does a job): give it a `key` naming "
+        "its slot (\"alice/home-city\") and `valid_from` when the passage says since when; the newest fact of a "
+        "key is current and the older ones stay as its history.",
         "- Never store passwords, API keys or tokens. Identical content is stored once, so a retry is safe.",
         f"- Call `remember` with content, type, tags, importance and namespace \"{namespace}\""
         + (f', collection "{collection}"' if collection else "") + "; then list what you stored (id, summary).",
@@ -80,4 +85,23 @@ def remember_this(*, passage: str, namespace: str, collection: str | None, tag: 
         "<passage>",
         passage,
         "</passage>",
+    ])
+
+
+def fact_history(history: dict[str, Any]) -> str:
+    """One fact key's versions (memories/temporal/history.py shape) and what to make of them."""
+    lines = []
+    for version in history["versions"]:
+        until = version["valid_until"] or "now"
+        state = "current" if version["current"] else f"superseded by {version['superseded_by']}"
+        why = version["superseded"] or {}
+        reason = f", {why['reason']}" if why.get("reason") else ""
+        lines.append(f"- {version['valid_from']} → {until} ({state}{reason}): {version['content']}")
+    return "\n".join([
+        f'The fact "{history["key"]}" in BHGBrain (namespace "{history["namespace"]}") has had these versions, '
+        "oldest first (valid from → until):",
+        *lines,
+        "",
+        "Say what is true now, and what changed when. To record a newer version, call `remember` with the same "
+        "`key` (and `valid_from` if it changed earlier than today).",
     ])

@@ -1,9 +1,15 @@
 """remember, top to bottom: a fact or a conversation message from its input to the write funnel.
 
-    prepare (normalise, reject secrets, checksum) → exact duplicate? (NOOP before any embedding)
-    → embed (or degraded mode) → the collection's model lock → semantic dedup (memories/dedup.py)
-    → tier (memories/pipeline/tiers.py) → insert or UPDATE merge → memories.funnel (audit, change
-    feed, indexes) → the result (ADD, UPDATE, NOOP).
+    prepare (normalise, reject secrets, checksum, fact key) → exact duplicate? (NOOP before any
+    embedding) → embed (or degraded mode) → the collection's model lock → semantic dedup
+    (memories/dedup.py) → tier (memories/pipeline/tiers.py) → insert, new version or in-place
+    UPDATE → memories.funnel (audit, change feed, indexes) → the result (ADD, UPDATE, NOOP).
+
+Facts over time (memories/temporal): every memory is valid from ``valid_from`` (given, else when
+it happened, else now). A ``key`` puts it into that slot's history (the newest is current, a late
+arrival goes in at its place); ``supersedes`` closes the memories named; a dedup UPDATE keeps the
+old text as a superseded version (``deduplication.update_mode``: a pure rewording may be revised
+in place instead). Only current facts are dedup candidates.
 
 A message of a thread is an event, not a fact: it is never merged into another memory by
 semantic dedup, and the same words said twice are two turns. What makes it idempotent is its
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,11 +40,13 @@ from bhgbrain_site.core.contracts import MAX_TAGS
 from bhgbrain_site.core.errors import Conflict, EmbeddingUnavailable, InvalidInput
 from bhgbrain_site.core.progress import Progress
 from memories import conversations, funnel
-from memories.dedup import semantic_match
+from memories.dedup import Relation, compare, semantic_match
 from memories.embeddings import Embedder, get_embedder, to_bytes
 from memories.models import Collection, Memory, MemoryRevision, Operation
 from memories.pipeline import normalize, tiers
 from memories.selectors import iso
+from memories.temporal import chains
+from memories.temporal.keys import normalise_key
 
 logger = logging.getLogger("bhgbrain.memories")
 
@@ -65,6 +74,10 @@ class RememberInput:
     event_at: datetime | None = None
     valid_until: datetime | None = None
     status: str | None = None
+    # a fact's place in time (memories/temporal)
+    valid_from: datetime | None = None
+    key: str | None = None
+    supersedes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -78,6 +91,10 @@ class RememberResult:
     expires_at: str | None
     merged_with_id: str | None = None
     vector_synced: bool = True
+    valid_from: str | None = None
+    key: str | None = None
+    superseded_by: str | None = None
+    superseded: tuple[str, ...] = ()  # what this write closed (a key's previous version, supersedes, dedup)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -91,6 +108,11 @@ class RememberResult:
         }
         if self.merged_with_id:
             out["merged_with_id"] = self.merged_with_id
+        out.update(valid_from=self.valid_from, key=self.key, current=self.superseded_by is None)
+        if self.superseded_by:
+            out["superseded_by"] = self.superseded_by
+        if self.superseded:
+            out["superseded"] = list(self.superseded)
         return out
 
 
@@ -104,7 +126,8 @@ class Prepared:
     embedder: Embedder | None
 
 
-def result(memory: Memory, operation: str, merged_with: str | None = None) -> RememberResult:
+def result(memory: Memory, operation: str, merged_with: str | None = None,
+           superseded: Sequence[uuid.UUID] = ()) -> RememberResult:
     return RememberResult(
         id=str(memory.id),
         summary=memory.summary,
@@ -115,13 +138,27 @@ def result(memory: Memory, operation: str, merged_with: str | None = None) -> Re
         expires_at=iso(memory.expires_at),
         merged_with_id=merged_with,
         vector_synced=memory.vector_synced,
+        valid_from=iso(chains.valid_start(memory)),
+        key=memory.fact_key,
+        superseded_by=str(memory.superseded_by) if memory.superseded_by else None,
+        superseded=tuple(str(i) for i in superseded),
     )
 
 
 # --------------------------------------------------------------------------- the steps
 
 
+def _links(data: RememberInput) -> bool:
+    """Whether the write names its place among versions (a key, memories it supersedes)."""
+    return bool(data.key or data.supersedes)
+
+
 def prepare(data: RememberInput) -> Prepared:
+    if data.thread and _links(data):
+        raise InvalidInput("key and supersedes describe a fact, not a message of a thread",
+                           field="key" if data.key else "supersedes")
+    if data.key is not None:
+        data = dataclasses.replace(data, key=normalise_key(data.key))
     content = normalize.normalize_content(data.content)
     if not content:
         raise InvalidInput("content: must not be empty after normalization")
@@ -137,8 +174,9 @@ def prepare(data: RememberInput) -> Prepared:
 
 
 def _live_duplicate(namespace: str, checksum: str) -> Memory | None:
-    """The live fact (not a conversation message) with this content."""
-    rows = Memory.objects.filter(namespace=namespace, checksum=checksum, archived=False, thread__isnull=True)
+    """The live, current fact (not a conversation message) with this content."""
+    rows = Memory.objects.filter(namespace=namespace, checksum=checksum, archived=False, thread__isnull=True,
+                                 superseded_by__isnull=True)
     return next(iter(rows.defer("embedding")[:1]), None)
 
 
@@ -205,6 +243,7 @@ def new_memory(prep: Prepared, now: datetime) -> tuple[Memory, str]:
         thread=data.thread, speaker=data.speaker, message_id=data.message_id,
         occurred_at=data.occurred_at or (now if data.thread else None),
         event_at=data.event_at, valid_until=data.valid_until, status=data.status,
+        valid_from=data.valid_from or data.occurred_at or now, fact_key=data.key,
         created_at=now, updated_at=now,
     )
     apply_vector(memory, prep.vector, prep.embedder)
@@ -220,11 +259,55 @@ def apply_vector(memory: Memory, vector: np.ndarray | None, embedder: Embedder |
         memory.vector_synced = False
 
 
-def _insert(prep: Prepared, actor: str, now: datetime) -> Memory:
+def _add_details(prep: Prepared, tier: str, dedup_target: Memory | None) -> dict[str, Any]:
+    data = prep.data
+    details: dict[str, Any] = {"tier": tier, "collection": data.collection, "source": data.source}
+    if data.key:
+        details["key"] = data.key
+    if data.supersedes:
+        details["supersedes"] = list(data.supersedes)
+    if dedup_target is not None:
+        details["new_version_of"] = str(dedup_target.id)
+    return details
+
+
+def _insert(prep: Prepared, actor: str, now: datetime, dedup_target: Memory | None = None) -> tuple[Memory, list[uuid.UUID]]:
+    """Insert the new memory at its place in time; returns it and the memories it closed: its key's
+    previous version, the dedup target (a new version of it), the memories it ``supersedes``."""
     memory, tier = new_memory(prep, now)
-    audit = funnel.Audit("ADD", actor, {"tier": tier, "collection": prep.data.collection, "source": prep.data.source})
-    funnel.save_memory(memory, audit=audit, at=now, insert=True)
-    return memory
+    audit = funnel.Audit("ADD", actor, _add_details(prep, tier, dedup_target))
+    closed: list[uuid.UUID] = []
+
+    def write() -> None:
+        funnel.save_memory(memory, audit=audit, at=now, insert=True)
+
+    if memory.fact_key:
+        same_slot = dedup_target is not None and dedup_target.fact_key == memory.fact_key
+        closed += chains.place_by_key(memory, write, actor=actor, at=now, reason="dedup" if same_slot else "key")
+    else:
+        write()
+    if dedup_target is not None and dedup_target.id not in closed:
+        closed += chains.supersede_loaded([dedup_target.id], memory, actor=actor, reason="dedup", at=now)
+    if prep.data.supersedes:
+        closed += chains.supersede_loaded(prep.data.supersedes, memory, actor=actor, reason="explicit", at=now)
+    return memory, list(dict.fromkeys(closed))
+
+
+def _restated(existing: Memory, prep: Prepared, actor: str, now: datetime) -> RememberResult:
+    """A write that says what a current memory says: NOOP; its key (when the memory had none) and
+    its ``supersedes`` still apply to that memory."""
+    closed: list[uuid.UUID] = []
+    if prep.data.key and not existing.fact_key:
+        existing.fact_key = prep.data.key
+
+        def write() -> None:
+            funnel.save_memory(existing, audit=funnel.Audit("KEY", actor, {"key": existing.fact_key}), at=now,
+                               fields=("fact_key", *chains.CLOSED_FIELDS))
+
+        closed += chains.place_by_key(existing, write, actor=actor, at=now)
+    if prep.data.supersedes:
+        closed += chains.supersede_loaded(prep.data.supersedes, existing, actor=actor, reason="explicit", at=now)
+    return result(existing, Operation.NOOP, superseded=closed)
 
 
 MERGE_FIELDS = ("tags", "importance", "category", "retention_tier", "expires_at", "decay_eligible", "review_due",
@@ -269,21 +352,61 @@ def _update(target: Memory, prep: Prepared, actor: str, now: datetime) -> Memory
     return target
 
 
+def _in_place(target: Memory, prep: Prepared, operation: str) -> bool:
+    """Whether a dedup UPDATE revises ``target`` in place (a MERGE revision) rather than adding a
+    new version: a tier promotion of the same text, mode "in_place", or a pure rewording under
+    "reword_in_place" (memories/dedup.py compare: the same words; docs/decisions/0018)."""
+    mode = settings.BHGBRAIN.deduplication.update_mode
+    if operation == Operation.NOOP or mode == "in_place":
+        return True
+    return mode == "reword_in_place" and compare(target.content, prep.content) is Relation.SAME
+
+
+def _new_version(target: Memory, prep: Prepared, actor: str, now: datetime) -> RememberResult:
+    """A dedup UPDATE that keeps what ``target`` said: the new text is a new current memory (the
+    tags united, the higher importance, a tier never demoted, the same collection and key) and
+    ``target`` is superseded by it (reason "dedup")."""
+    data = prep.data
+    classified = tiers.assign_tier(
+        content=prep.content, tags=[*target.tags, *data.tags], source=data.source, memory_type=data.type,
+        category=data.category or target.category, explicit_tier=data.retention_tier,
+    )
+    tags, _dropped = _merge_tags(target.tags, data.tags)
+    inherited = dataclasses.replace(
+        data, tags=tuple(tags), category=data.category or target.category, key=data.key or target.fact_key,
+        importance=max(target.importance, data.importance),
+        retention_tier=data.retention_tier or tiers.more_durable(target.retention_tier, classified),
+    )
+    memory, closed = _insert(dataclasses.replace(prep, data=inherited), actor, now, dedup_target=target)
+    return result(memory, Operation.UPDATE, merged_with=str(target.id), superseded=closed)
+
+
+def _same_slot(target: Memory, prep: Prepared) -> bool:
+    """A dedup match counts only against a memory without a key or with the write's own key."""
+    return prep.data.key is None or target.fact_key in (None, prep.data.key)
+
+
 def _write(prep: Prepared, duplicate: Memory | None, actor: str) -> RememberResult:
     now = timezone.now()
     match = _decide(prep, duplicate, now)
-    if match and match[1] == Operation.NOOP and not _wants_tier_change(prep, match[0]):
+    if match and match[1] == Operation.NOOP and not _wants_tier_change(prep, match[0]) and not _links(prep.data):
         return result(match[0], Operation.NOOP)
     with transaction.atomic():
         duplicate = _live_duplicate(prep.data.namespace, prep.checksum)
         if duplicate is not None and not _wants_tier_change(prep, duplicate):
-            return result(duplicate, Operation.NOOP)
+            return _restated(duplicate, prep, actor, now)
         if match:
-            target = Memory.objects.select_for_update().filter(pk=match[0].pk, archived=False).first()
-            if target is not None:
-                updated = _update(target, prep, actor, now)
-                return result(updated, Operation.UPDATE, merged_with=str(updated.id))
-        return result(_insert(prep, actor, now), Operation.ADD)
+            target = (Memory.objects.select_for_update()
+                      .filter(pk=match[0].pk, archived=False, superseded_by__isnull=True).first())
+            if target is not None and _same_slot(target, prep):
+                if match[1] == Operation.NOOP and not _wants_tier_change(prep, target):
+                    return _restated(target, prep, actor, now)
+                if _in_place(target, prep, match[1]):
+                    updated = _update(target, prep, actor, now)
+                    return result(updated, Operation.UPDATE, merged_with=str(updated.id))
+                return _new_version(target, prep, actor, now)
+        memory, closed = _insert(prep, actor, now)
+        return result(memory, Operation.ADD, superseded=closed)
 
 
 # --------------------------------------------------------------------------- remember
@@ -296,13 +419,20 @@ def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
     or NOOP (exact or near duplicate; the existing id). Identical concurrent writes
     produce one memory: the partial unique index on live (namespace, checksum) decides.
     A message of a thread (``data.thread``) is an event, never merged: memories/remember.py.
+    ``data.key``, ``data.supersedes`` and ``data.valid_from`` place the fact among its versions
+    (memories/temporal); ``superseded`` in the result names what the write closed.
     """
     if data.thread:
         return message_remember(data=data, actor=actor)
     prep = prepare(data)
     existing = _live_duplicate(data.namespace, prep.checksum)
     if existing is not None and not _wants_tier_change(prep, existing):
-        return result(existing, Operation.NOOP)  # before any embedding work
+        if not _links(prep.data):
+            return result(existing, Operation.NOOP)  # before any embedding work
+        with transaction.atomic():
+            locked = Memory.objects.select_for_update().filter(pk=existing.pk).first()
+            if locked is not None:
+                return _restated(locked, prep, actor, timezone.now())
     vector, embedder = embed_or_degrade(prep.content)
     prep = dataclasses.replace(prep, vector=vector, embedder=embedder)
     ensure_collection(data.namespace, data.collection, embedder if vector is not None else None)
@@ -310,6 +440,9 @@ def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
         return _write(prep, existing, actor)
     except IntegrityError:
         duplicate = _live_duplicate(data.namespace, prep.checksum)
+        if duplicate is None and prep.data.key:  # uniq_current_fact_key: a writer that bypassed the namespace lock
+            raise Conflict(f'key "{prep.data.key}" changed while this write ran; send it again', retryable=True,
+                           field="key") from None
         if duplicate is None:
             raise
         return result(duplicate, Operation.NOOP)

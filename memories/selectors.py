@@ -68,6 +68,20 @@ def memory_to_dict(memory: Memory) -> dict[str, Any]:
         "event_at": iso(memory.event_at),
         "valid_until": iso(memory.valid_until),
         "status": memory.status,
+        **validity_fields(memory),
+    }
+
+
+def validity_fields(memory: Memory) -> dict[str, Any]:
+    """A memory's place in time, as every memory shape carries it (get, list, search, recall,
+    history): from when it holds (``valid_from``; null in the row reads as its creation), until
+    when, what superseded it, its fact ``key``, and whether it is ``current`` (memories/temporal)."""
+    return {
+        "valid_from": iso(memory.valid_from or memory.created_at),
+        "valid_until": iso(memory.valid_until),
+        "superseded_by": str(memory.superseded_by) if memory.superseded_by else None,
+        "key": memory.fact_key,
+        "current": memory.superseded_by is None,
     }
 
 

@@ -6,7 +6,9 @@ namespaces runs the hybrid search in each and merges the ranked lists by score. 
 embedded once for all of them (the model costs ~12-40 ms a query, the index lookups ~2 ms a
 namespace). Scores are on the tool's 0..1 scale in every namespace, so the merge keeps each
 namespace's own order and interleaves them by score; a list filtered to one namespace searches
-only that one. No access is recorded: a curator reading is not an agent recalling.
+only that one. No access is recorded: a curator reading is not an agent recalling. A curator
+finds superseded versions too: each namespace's superseded partition is searched like one more
+namespace (the console's filters tell current from superseded).
 
 The semantic side always has nearest neighbours, however unrelated; a list is not a top-10, so
 a memory is listed only when its words match or its calibrated similarity reaches recall's gate
@@ -39,12 +41,13 @@ def _query_vector(query: str) -> tuple[np.ndarray, Embedder] | None:
         return None  # full-text alone, as the search tool degrades
 
 
-def _semantic(query: tuple[np.ndarray, Embedder] | None, namespace: str, limit: int, now: datetime) -> list[Scored]:
+def _semantic(query: tuple[np.ndarray, Embedder] | None, namespace: str, limit: int, now: datetime,
+              superseded: bool) -> list[Scored]:
     index = get_vector_index()
     if query is None or index is None:
         return []
     vector, embedder = query
-    hits = index.search(vector, namespace=namespace, collection=None, limit=limit, now=now)
+    hits = index.search(vector, namespace=namespace, collection=None, limit=limit, now=now, superseded=superseded)
     calibrated = calibrate(np.array([h.cosine for h in hits]), embedder.curve) if hits else []
     return [Scored(h.memory_id, float(c), semantic=float(c)) for h, c in zip(hits, calibrated, strict=True)]
 
@@ -62,9 +65,10 @@ def memory_ids_ranked(*, query: str, namespaces: Sequence[str], limit: int) -> l
     vector = _query_vector(query)
     fused: list[Scored] = []
     for namespace in namespaces:
-        text = fulltext_hits(query, namespace=namespace, collection=None, limit=depth, now=now)
-        fused.extend(item for item in fuse(_semantic(vector, namespace, depth, now), text, params)[:limit]
-                     if _relevant(item, gate))
+        for superseded in (False, True):
+            text = fulltext_hits(query, namespace=namespace, collection=None, limit=depth, now=now, superseded=superseded)
+            semantic = _semantic(vector, namespace, depth, now, superseded)
+            fused.extend(item for item in fuse(semantic, text, params)[:limit] if _relevant(item, gate))
     rows = memories_by_id([uuid.UUID(item.memory_id) for item in fused])
     kept = []
     for item in fused:

@@ -108,13 +108,15 @@ class FullTextIndexer:
         clear_all()
 
 
-def search(query: str, *, namespace: str, collection: str | None, now: datetime, limit: int) -> list[TextHit]:
-    """BM25-ranked live memories of the namespace matching any query term, best first."""
+def search(query: str, *, namespace: str, collection: str | None, now: datetime, limit: int,
+           superseded: bool = False) -> list[TextHit]:
+    """BM25-ranked live memories of the namespace matching any query term, best first: its
+    current facts, or (``superseded``) the ones superseded since."""
     terms = analyze_query(query)
     if not terms:
         return []
     # SQLite stores tags apart (weighted when loaded); PostgreSQL's token arrays repeat them already.
     tag_weight = TAG_WEIGHT if connection.vendor == "sqlite" else 1
     index = get_text_index(K1, B, tag_weight, CONTEXT_WEIGHT)
-    hits = index.search(terms, namespace=namespace, collection=collection, now=now, limit=limit)
+    hits = index.search(terms, namespace=namespace, collection=collection, now=now, limit=limit, superseded=superseded)
     return [TextHit(memory_id, score) for memory_id, score in hits]

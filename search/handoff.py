@@ -10,6 +10,7 @@ the rest on):
 4. **Recent topics** — the words the thread's recent turns keep coming back to.
 5. **Preferences** — what someone said they prefer, like, dislike or always want.
 
+Every section carries current facts only: a superseded version never enters the pack.
 An item is kept whole or cut at the end of a sentence, never in the middle of one; an item
 that does not fit is left out. Deterministic: no model, a handful of indexed queries.
 """
@@ -88,7 +89,8 @@ def _profile(namespace: str) -> list[str]:
 def _last_turns(namespace: str, thread: str | None) -> list[Memory]:
     if not thread:
         return []
-    return list(thread_turns(namespace, thread).defer("embedding").reverse()[:LAST_TURNS])[::-1]
+    turns = thread_turns(namespace, thread).filter(superseded_by__isnull=True).defer("embedding")
+    return list(turns.reverse()[:LAST_TURNS])[::-1]
 
 
 def _turn_line(turn: Memory) -> str:
@@ -98,7 +100,8 @@ def _turn_line(turn: Memory) -> str:
 def _open_items(namespace: str, now: datetime) -> list[str]:
     current = Q(valid_until__gte=now) | Q(valid_until__isnull=True, event_at__gte=now) | Q(
         valid_until__isnull=True, event_at__isnull=True)
-    rows = (Memory.objects.filter(current, namespace=namespace, archived=False, status="planned").defer("embedding")
+    rows = (Memory.objects.filter(current, namespace=namespace, archived=False, status="planned",
+                                  superseded_by__isnull=True).defer("embedding")
             .order_by("event_at", "created_at")[:10])
     return [f"{m.content} (due {iso(m.event_at)})" if m.event_at else m.content for m in rows]
 
@@ -118,7 +121,7 @@ def _topics(turns: Sequence[Memory]) -> list[str]:
 
 
 def _preferences(namespace: str) -> list[str]:
-    rows = (Memory.objects.filter(namespace=namespace, archived=False).only("content", "speaker")
+    rows = (Memory.objects.filter(namespace=namespace, archived=False, superseded_by__isnull=True).only("content", "speaker")
             .order_by("-created_at")[:PREFERENCE_SCAN])
     found = [_turn_line(m) for m in rows if _PREFERENCE.search(m.content)]
     return list(dict.fromkeys(found))[:10]

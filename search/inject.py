@@ -2,7 +2,8 @@
 
 With a ``query`` the memories are the hybrid search results for it; without one they are
 ranked by a prior that prefers foundational, important and recently used memories
-(the original simply took the newest K). Memories included count as accessed. Those that
+(the original simply took the newest K); current facts only, never a superseded version.
+Memories included count as accessed. Those that
 expire within retention.pre_expiry_warning_days are flagged, in their line ("expiring soon")
 and by id in ``expiring_soon``, so the agent can re-save them with a longer-lived tier.
 """
@@ -40,7 +41,7 @@ def _top_memories(namespace: str, query: str | None, limit: int, now: datetime, 
                                 now=now)
         found = [i.memory for i in items if i.memory is not None]
     else:
-        alive = Memory.objects.filter(namespace=namespace, archived=False).defer("embedding")
+        alive = Memory.objects.filter(namespace=namespace, archived=False, superseded_by__isnull=True).defer("embedding")
         alive = alive.exclude(decay_eligible=True, expires_at__lte=now)
         pool = list(alive.order_by("-importance", "-created_at")[: max(limit * 20, 200)])
         found = sorted(pool, key=lambda m: _prior(m, now), reverse=True)

@@ -1,10 +1,11 @@
 """The search app's operations (tools recall and search; the inject block) and memory://inject."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from django.conf import settings
-from pydantic import Field
+from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema
 
 from bhgbrain_site.core.calls import CallContext
 from bhgbrain_site.core.contracts import CONTEXT_TURNS_MAX, MemoryTypeName
@@ -13,11 +14,26 @@ from bhgbrain_site.registry import PromptMessages, operation, prompt, resource
 from search import inject, prompts, services
 from search.handoff import handoff_pack
 from search.outputs import HandoffPack, SearchResults
+from search.temporal import TimeScope, end_of_day, in_utc
 
 WithContext = Field(default=0, ge=0, le=CONTEXT_TURNS_MAX)
+# ISO 8601: a bare date is the end of that day (UTC), a time without a zone is UTC
+AsOf = Annotated[datetime, Field(strict=False), BeforeValidator(end_of_day), AfterValidator(in_utc), WithJsonSchema({
+    "type": "string", "description": "ISO 8601 date or date-time: the facts valid then (a bare date: the end of "
+    "that day, UTC; a time without a zone: UTC)", "examples": ["2026-03-01", "2026-03-01T12:00:00Z"]})]
 
 
-class RecallParams(Input):
+class TimeParams(Input):
+    """Which versions of facts a search answers with (search/temporal.py)."""
+
+    as_of: AsOf | None = None
+    include_history: bool = False
+
+    def scope(self) -> TimeScope:
+        return TimeScope(as_of=self.as_of, include_history=self.include_history)
+
+
+class RecallParams(TimeParams):
     query: Query
     namespace: Namespace | None = None
     collection: CollectionName | None = None
@@ -40,18 +56,19 @@ def recall(params: RecallParams, ctx: CallContext) -> dict[str, Any]:
     with_context (0-5): each message of a thread comes with that many turns before and after.
     gate: small talk ("thanks!", "ok", "哈哈") returns nothing, with meta.skipped; a short
     follow-up in `thread` borrows its last turns. Cancelled events and past plans are left out
-    unless include_inactive."""
+    unless include_inactive. Only current facts unless as_of (ISO 8601 date or date-time: the
+    versions valid then) or include_history (each result followed by its older versions)."""
     defaults = settings.BHGBRAIN.defaults
     return services.recall_run(
         query=params.query, namespace=params.namespace or defaults.namespace, collection=params.collection,
         memory_type=params.type, tags=params.tags, limit=params.limit or defaults.recall_limit,
         min_score=defaults.min_score if params.min_score is None else params.min_score,
         gate=params.gate, thread=params.thread, with_context=params.with_context,
-        include_inactive=params.include_inactive,
+        include_inactive=params.include_inactive, scope=params.scope(),
     )
 
 
-class SearchParams(Input):
+class SearchParams(TimeParams):
     query: Query
     namespace: Namespace | None = None
     collection: CollectionName | None = None
@@ -66,10 +83,12 @@ def search(params: SearchParams, ctx: CallContext) -> dict[str, Any]:
     fulltext or semantic mode, up to 50 results, optionally within one collection. Works in
     any language (Chinese is segmented). Returned memories count as accessed. with_context
     (0-5): each message of a thread comes with that many turns before and after. Cancelled
-    events and past plans are returned with `inactive` set."""
+    events and past plans are returned with `inactive` set. Only current facts unless as_of (ISO
+    8601 date or date-time: the versions valid then) or include_history (each result followed by
+    its older versions, newest first); a superseded fact never ranks above its successor."""
     return services.search_run(query=params.query, namespace=params.namespace or settings.BHGBRAIN.defaults.namespace,
                                collection=params.collection, mode=params.mode, limit=params.limit,
-                               with_context=params.with_context)
+                               with_context=params.with_context, scope=params.scope())
 
 
 class InjectParams(Input):

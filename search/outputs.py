@@ -49,8 +49,13 @@ class Hit(Output):
     message_id: str | None = None
     status: EventStatus | None = None
     event_at: Stamp | None = None
-    valid_until: Stamp | None = None
     inactive: Literal["cancelled", "expired"] | None = None
+    # facts over time (search/temporal.py): the validity [valid_from, valid_until) and the successor
+    valid_from: Stamp
+    valid_until: Stamp | None
+    superseded_by: str | None
+    key: str | None  # the fact key (a namespace-scoped slot), if the memory has one
+    current: bool  # not superseded
     context: Context | None = None  # with_context, for a message of a thread
     context_truncated: bool | None = None  # the context was dropped to fit the response
     content_truncated: bool | None = None  # the content is the summary, to fit the response

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -29,6 +29,10 @@ from memories.loading import memories_by_id
 from memories.models import Memory
 from memories.selectors import expiring_soon, inactive_reason, iso, turn_to_dict
 from search import fulltext
+from search.scored import Scored
+from search.temporal import CURRENT, TimeScope, temporal_fields, valid_at, with_history
+
+__all__ = ["Scored", "memories_recall", "memories_search"]  # Scored lives in search.scored; imported from here too
 
 logger = logging.getLogger("bhgbrain.search")
 
@@ -46,15 +50,6 @@ class HybridParams:
     rrf_k: int = 60
     t0_boost: float = 0.10  # ×1.10 for T0
     importance_weight: float = 0.10  # ×(1 + 0.10·(importance − 0.5)): ±5 %
-
-
-@dataclass
-class Scored:
-    memory_id: str
-    score: float = 0.0
-    semantic: float | None = None  # calibrated cosine, 0..1
-    fulltext: float | None = None  # BM25 / best BM25 of the query, 0..1
-    memory: Memory | None = field(default=None, repr=False)
 
 
 def default_params() -> HybridParams:
@@ -76,7 +71,8 @@ def semantic_hits(query: str, *, namespace: str, collection: str | None, limit: 
 
 
 class SemanticSearch(Protocol):
-    def __call__(self, *, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]: ...
+    def __call__(self, *, namespace: str, collection: str | None, limit: int, now: datetime,
+                 superseded: bool = False) -> list[Scored]: ...
 
 
 def start_semantic(query: str) -> SemanticSearch:
@@ -89,8 +85,10 @@ def start_semantic(query: str) -> SemanticSearch:
         raise EmbeddingUnavailable("No embedding provider is available for semantic search")
     vector = start_query(embedder, query)
 
-    def finish(*, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]:
-        hits: list[VectorHit] = index.search(vector(), namespace=namespace, collection=collection, limit=limit, now=now)
+    def finish(*, namespace: str, collection: str | None, limit: int, now: datetime,
+               superseded: bool = False) -> list[Scored]:
+        hits: list[VectorHit] = index.search(vector(), namespace=namespace, collection=collection, limit=limit, now=now,
+                                             superseded=superseded)
         return _semantic_scored(hits, embedder.curve)
 
     return finish
@@ -117,18 +115,28 @@ def _qdrant() -> QdrantVectorIndex | None:
     return index if isinstance(index, QdrantVectorIndex) else None
 
 
-def fulltext_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime) -> list[Scored]:
-    """BM25-ranked memories, each scored against the query's best (0..1)."""
+def fulltext_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime,
+                  superseded: bool = False) -> list[Scored]:
+    """BM25-ranked memories (current facts; ``superseded``: the superseded ones), each scored
+    against the query's best (0..1)."""
+    return _text_scored(_bm25_hits(query, namespace=namespace, collection=collection, limit=limit, now=now,
+                                   superseded=superseded))
+
+
+def _bm25_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime,
+               superseded: bool = False) -> list[tuple[str, float]]:
+    """(memory id, BM25) best first, from Qdrant's sparse vectors or this process's text index."""
     index = _qdrant()
     if index is not None:
         terms = query_weights(query)
         try:
-            _, text = index.query(None, terms, namespace=namespace, collection=collection, limit=limit, now=now) if terms else ([], [])
-            return _text_scored(text)
+            _, text = index.query(None, terms, namespace=namespace, collection=collection, limit=limit, now=now,
+                                  superseded=superseded) if terms else ([], [])
+            return text
         except _unreachable():
             logger.exception("qdrant cannot answer full-text: it falls back to this process's own index")
-    hits = fulltext.search(query, namespace=namespace, collection=collection, now=now, limit=limit)
-    return _text_scored([(h.memory_id, h.score) for h in hits])
+    hits = fulltext.search(query, namespace=namespace, collection=collection, now=now, limit=limit, superseded=superseded)
+    return [(h.memory_id, h.score) for h in hits]
 
 
 def _both_sides(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime) -> tuple[list[Scored], list[Scored]]:
@@ -235,19 +243,36 @@ def _remote(missing: list[str], namespace: str) -> dict[uuid.UUID, Memory]:
         return {}
 
 
-def _attach(items: list[Scored], *, namespace: str, now: datetime) -> list[Scored]:
-    """Load the rows; re-check namespace, archive and expiry on the DB side."""
-    rows = memories_by_id([uuid.UUID(i.memory_id) for i in items])
-    rows.update(_remote([i.memory_id for i in items if uuid.UUID(i.memory_id) not in rows], namespace))
-    kept = []
-    for item in items:
-        memory = rows.get(uuid.UUID(item.memory_id))
+def _searchable(ids: Iterable[str], *, namespace: str, now: datetime, scope: TimeScope) -> dict[str, Memory]:
+    """The rows of these ids a search in ``scope`` may return, re-checked on the DB side:
+    namespace, archive, expiry; current facts only by default, the versions valid then ``as_of``."""
+    wanted = list(dict.fromkeys(ids))
+    rows = memories_by_id([uuid.UUID(i) for i in wanted])
+    rows.update(_remote([i for i in wanted if uuid.UUID(i) not in rows], namespace))
+    kept = {}
+    for memory_id in wanted:
+        memory = rows.get(uuid.UUID(memory_id))
         if memory is None or memory.archived or memory.namespace != namespace:
             continue
         if memory.decay_eligible and memory.expires_at is not None and memory.expires_at <= now:
             continue
-        item.memory = memory
-        kept.append(item)
+        if scope.as_of is not None and not valid_at(memory, scope.as_of):
+            continue
+        if scope.default and memory.superseded_by is not None:
+            continue  # an index that has not caught up with the supersede yet
+        kept[memory_id] = memory
+    return kept
+
+
+def _attach(items: list[Scored], *, namespace: str, now: datetime, scope: TimeScope = CURRENT) -> list[Scored]:
+    """Load the rows of the items a search may return; the others are left out."""
+    rows = _searchable([i.memory_id for i in items], namespace=namespace, now=now, scope=scope)
+    kept = []
+    for item in items:
+        memory = rows.get(item.memory_id)
+        if memory is not None:
+            item.memory = memory
+            kept.append(item)
     return kept
 
 
@@ -275,6 +300,8 @@ def result_dict(item: Scored, *, now: datetime) -> dict[str, Any]:
         "last_accessed": iso(memory.last_accessed),
         "device_id": memory.device_id,
         **_conversation_dict(memory, now),
+        **{name: iso(value) if isinstance(value, datetime) else value
+           for name, value in temporal_fields(memory).items()},
     }
 
 
@@ -296,16 +323,99 @@ def neighbouring_turns(memory: Memory, count: int) -> dict[str, list[dict[str, A
             "after": [turn_to_dict(t) for t in turns_after(memory, count)]}
 
 
+# --- facts over time: both partitions, filtered by validity before fusion -----------------------
+
+TEMPORAL_ROUNDS = 4  # a search in the past deepens its candidate lists (×4) at most this many times
+
+
+def _partition_sides(query: str, *, mode: Mode, namespace: str, collection: str | None, limit: int,
+                     now: datetime) -> tuple[list[Scored], list[tuple[str, float]]]:
+    """The semantic hits (calibrated) and the raw BM25 hits of the namespace's current *and*
+    superseded partitions, each side merged best first (semantic empty without an embedder,
+    unless ``mode`` is semantic: then EmbeddingUnavailable)."""
+    pending: SemanticSearch | None = None
+    if mode != "fulltext":
+        try:
+            pending = start_semantic(query)
+        except EmbeddingUnavailable:
+            if mode == "semantic":
+                raise
+    text: list[tuple[str, float]] = []
+    if mode != "semantic":
+        for superseded in (False, True):
+            text += _bm25_hits(query, namespace=namespace, collection=collection, limit=limit, now=now,
+                               superseded=superseded)
+    semantic: list[Scored] = []
+    try:
+        for superseded in (False, True) if pending else ():
+            semantic += pending(namespace=namespace, collection=collection, limit=limit, now=now,  # type: ignore[misc]
+                                superseded=superseded)
+    except EmbeddingUnavailable:
+        if mode == "semantic":
+            raise
+        semantic = []
+    semantic.sort(key=lambda s: s.score, reverse=True)
+    text.sort(key=lambda hit: hit[1], reverse=True)
+    return semantic[:limit], text[:limit]
+
+
+def _temporal_round(query: str, *, mode: Mode, namespace: str, collection: str | None, depth: int, now: datetime,
+                    scope: TimeScope, params: HybridParams) -> tuple[list[Scored], bool]:
+    """One round of a search in ``scope``: the candidates of both partitions that the scope keeps,
+    fused (or one side), rows attached; and whether a deeper round could find more."""
+    semantic, text = _partition_sides(query, mode=mode, namespace=namespace, collection=collection, limit=depth, now=now)
+    full = len(semantic) >= depth or len(text) >= depth  # a side was cut at ``depth``: a deeper round may find more
+    rows = _searchable([s.memory_id for s in semantic] + [m for m, _ in text], namespace=namespace, now=now, scope=scope)
+    semantic = [s for s in semantic if s.memory_id in rows]
+    text_kept = _text_scored([hit for hit in text if hit[0] in rows])
+    if mode == "semantic":
+        ranked = semantic
+    elif mode == "fulltext":
+        ranked = text_kept
+    else:
+        ranked = fuse(semantic, text_kept, params)
+    for item in ranked:
+        item.memory = rows[item.memory_id]
+    if mode == "hybrid":
+        ranked = apply_priors(ranked, params)
+    return ranked, full
+
+
+def _temporal_search(query: str, *, mode: Mode, namespace: str, collection: str | None, limit: int, now: datetime,
+                     scope: TimeScope, params: HybridParams) -> list[Scored]:
+    """search with ``as_of`` and/or ``include_history``: deepened until ``limit`` candidates pass."""
+    depth = max(params.depth, limit) if mode == "hybrid" else limit
+    for _ in range(TEMPORAL_ROUNDS):
+        ranked, deeper = _temporal_round(query, mode=mode, namespace=namespace, collection=collection, depth=depth,
+                                         now=now, scope=scope, params=params)
+        if len(ranked) >= limit or not deeper:
+            break
+        depth *= 4
+    return _in_scope(ranked, namespace=namespace, scope=scope, limit=limit)
+
+
+def _in_scope(ranked: list[Scored], *, namespace: str, scope: TimeScope, limit: int) -> list[Scored]:
+    """The ``limit`` best, each followed by its older versions when the scope includes history."""
+    if scope.include_history:
+        return with_history(ranked, namespace=namespace, as_of=scope.as_of, limit=limit)
+    return ranked[:limit]
+
+
 # --- public selectors ----------------------------------------------------------------------
 
 
 def memories_search(
     *, query: str, namespace: str, collection: str | None, mode: Mode, limit: int,
-    params: HybridParams | None = None, now: datetime | None = None,
+    params: HybridParams | None = None, now: datetime | None = None, scope: TimeScope = CURRENT,
 ) -> list[Scored]:
-    """search: semantic | fulltext | hybrid; hybrid falls back to full-text without an embedder."""
+    """search: semantic | fulltext | hybrid; hybrid falls back to full-text without an embedder.
+    Current facts only, unless ``scope`` asks for the versions valid ``as_of`` a time or for each
+    result's history (search/temporal.py)."""
     now = now or timezone.now()
     params = params or default_params()
+    if not scope.default:
+        return _temporal_search(query, mode=mode, namespace=namespace, collection=collection, limit=limit, now=now,
+                                scope=scope, params=params)
     if mode == "fulltext":
         items = fulltext_hits(query, namespace=namespace, collection=collection, limit=limit, now=now)
         return _attach(items, namespace=namespace, now=now)[:limit]
@@ -324,21 +434,30 @@ def _matches(memory: Memory, memory_type: str | None, tags: Iterable[str] | None
     return not tags or bool(set(tags) & set(memory.tags))
 
 
+def _semantic_round(query: str, *, namespace: str, collection: str | None, depth: int, now: datetime,
+                    scope: TimeScope) -> list[Scored]:
+    """recall's candidates: the current partition's, or (a scope beyond current facts) both partitions'."""
+    if scope.default:
+        return semantic_hits(query, namespace=namespace, collection=collection, limit=depth, now=now)
+    return _partition_sides(query, mode="semantic", namespace=namespace, collection=collection, limit=depth, now=now)[0]
+
+
 def memories_recall(
     *, query: str, namespace: str, collection: str | None, memory_type: str | None,
     tags: list[str] | None, limit: int, min_score: float, now: datetime | None = None,
-    include_inactive: bool = False,
+    include_inactive: bool = False, scope: TimeScope = CURRENT,
 ) -> list[Scored]:
     """Semantic recall gated by min_score; type/tags filters go deeper until limit is met.
-    Cancelled events and plans whose time has passed are left out unless ``include_inactive``."""
+    Cancelled events and plans whose time has passed are left out unless ``include_inactive``.
+    Current facts only, unless ``scope`` asks for another time or for history."""
     now = now or timezone.now()
     depth = max(limit * 4, 20)
     while True:
-        hits = semantic_hits(query, namespace=namespace, collection=collection, limit=depth, now=now)
+        hits = _semantic_round(query, namespace=namespace, collection=collection, depth=depth, now=now, scope=scope)
         passing = [h for h in hits if (h.semantic or 0.0) >= min_score]
-        chosen = [h for h in _attach(passing, namespace=namespace, now=now) if _matches(h.memory, memory_type, tags)
-                  and (include_inactive or inactive_reason(h.memory, now) is None)]
+        chosen = [h for h in _attach(passing, namespace=namespace, now=now, scope=scope)
+                  if _matches(h.memory, memory_type, tags) and (include_inactive or inactive_reason(h.memory, now) is None)]
         exhausted = len(hits) < depth or len(passing) < len(hits)
         if len(chosen) >= limit or exhausted:
-            return chosen[:limit]
+            return _in_scope(chosen, namespace=namespace, scope=scope, limit=limit)
         depth *= 4

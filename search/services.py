@@ -13,6 +13,7 @@ from memories.conversations import thread_turns
 from memories.selectors import iso
 from search.gating import FOLLOW_UP_TURNS, expand_follow_up, is_follow_up, skip_reason
 from search.selectors import Mode, Scored, memories_recall, memories_search, neighbouring_turns, result_dict
+from search.temporal import CURRENT, TimeScope
 
 logger = logging.getLogger("bhgbrain.search")
 
@@ -60,10 +61,12 @@ def _deliver(items: list[Scored], *, with_context: int = 0, meta: dict[str, Any]
 
 
 def search_run(*, query: str, namespace: str, collection: str | None, mode: Mode, limit: int,
-               with_context: int = 0) -> dict[str, Any]:
+               with_context: int = 0, scope: TimeScope = CURRENT) -> dict[str, Any]:
     """The search tool: ranked results (inactive events marked ``inactive``); each returned
-    memory is tracked as accessed; ``with_context`` neighbouring turns for a thread's messages."""
-    items = memories_search(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit)
+    memory is tracked as accessed; ``with_context`` neighbouring turns for a thread's messages.
+    Current facts only unless ``scope`` says ``as_of`` a time or ``include_history``."""
+    items = memories_search(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit,
+                            scope=scope)
     return _deliver(items, with_context=with_context)
 
 
@@ -83,11 +86,11 @@ def gated_query(query: str, *, namespace: str, thread: str | None) -> tuple[str 
 def recall_run(
     *, query: str, namespace: str, collection: str | None, memory_type: str | None,
     tags: list[str] | None, limit: int, min_score: float, gate: bool = False, thread: str | None = None,
-    with_context: int = 0, include_inactive: bool = False,
+    with_context: int = 0, include_inactive: bool = False, scope: TimeScope = CURRENT,
 ) -> dict[str, Any]:
     """The recall tool: semantic results above min_score; each is tracked as accessed. ``gate``
     skips small talk (``meta.skipped``); cancelled events and past plans are left out unless
-    ``include_inactive``."""
+    ``include_inactive``; current facts only unless ``scope`` says otherwise."""
     meta: dict[str, Any] = {}
     if gate:
         gated, meta = gated_query(query, namespace=namespace, thread=thread)
@@ -96,6 +99,6 @@ def recall_run(
         query = gated
     items = memories_recall(
         query=query, namespace=namespace, collection=collection, memory_type=memory_type,
-        tags=tags, limit=limit, min_score=min_score, include_inactive=include_inactive,
+        tags=tags, limit=limit, min_score=min_score, include_inactive=include_inactive, scope=scope,
     )
     return _deliver(items, with_context=with_context, meta=meta)

@@ -51,12 +51,43 @@ def cmd_list(args: argparse.Namespace) -> int:
     return _run("memories.list", arguments)
 
 
+def _time_scope(args: argparse.Namespace) -> dict[str, Any]:
+    """--as-of and --history as the operations' as_of and include_history (validated there)."""
+    scope: dict[str, Any] = {"as_of": args.as_of} if args.as_of else {}
+    return {**scope, "include_history": True} if args.history else scope
+
+
 def cmd_search(args: argparse.Namespace) -> int:
-    return _run("search", {"query": args.query, "namespace": _ns(args), "mode": args.mode, "limit": args.limit})
+    return _run("search", {"query": args.query, "namespace": _ns(args), "mode": args.mode, "limit": args.limit,
+                           **_time_scope(args)})
+
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    arguments: dict[str, Any] = {"query": args.query, "namespace": _ns(args)}
+    for name in ("limit", "min_score"):  # absent: the configured defaults
+        if getattr(args, name) is not None:
+            arguments[name] = getattr(args, name)
+    return _run("recall", {**arguments, **_time_scope(args)})
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     return _run("memories.get", {"id": args.id, "namespace": _ns(args)})
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    return _run("memories.history", {"id": args.id, "namespace": _ns(args)})
+
+
+def cmd_remember(args: argparse.Namespace) -> int:
+    arguments: dict[str, Any] = {"content": args.content, "namespace": _ns(args), "source": "cli"}
+    optional = {"collection": args.collection, "key": args.key, "valid_from": args.valid_from, "type": args.type,
+                "retention_tier": args.tier}
+    arguments.update({name: value for name, value in optional.items() if value is not None})
+    if args.tag:
+        arguments["tags"] = args.tag
+    if args.supersedes:
+        arguments["supersedes"] = args.supersedes
+    return _run("remember", arguments)
 
 
 def cmd_tier(args: argparse.Namespace) -> int:
@@ -188,7 +219,26 @@ def _add_reads(sub: Any) -> None:
     search.add_argument("query")
     search.add_argument("--mode", choices=("hybrid", "fulltext", "semantic"), default="hybrid")
     search.add_argument("--limit", type=int, default=10)
+    recall = _command(sub, "recall", "semantic recall above --min-score", cmd_recall)
+    recall.add_argument("query")
+    recall.add_argument("--limit", type=int, help="default: defaults.recall_limit")
+    recall.add_argument("--min-score", type=float)
+    for reader in (search, recall):
+        reader.add_argument("--as-of", metavar="TIME",
+                            help="the facts valid then: an ISO 8601 date (its end, UTC) or date-time")
+        reader.add_argument("--history", action="store_true", help="each result followed by its older versions")
     _command(sub, "show", "one memory in full (counts as an access)", cmd_show).add_argument("id")
+    _command(sub, "history", "the versions of a memory's fact, oldest first, with their validity",
+             cmd_history).add_argument("id")
+    remember = _command(sub, "remember", "store a memory (the remember tool)", cmd_remember)
+    remember.add_argument("content")
+    remember.add_argument("--collection")
+    remember.add_argument("--tag", action="append", help="repeat for several tags")
+    remember.add_argument("--type", choices=("semantic", "episodic", "procedural"))
+    remember.add_argument("--tier", choices=TIERS)
+    remember.add_argument("--key", help='the fact\'s slot, e.g. "alice/home-city": the newest fact of a key is current')
+    remember.add_argument("--supersedes", action="append", metavar="ID", help="a memory this one replaces (repeatable)")
+    remember.add_argument("--valid-from", metavar="TIME", help="ISO 8601: since when it holds (default: now)")
     stats = _command(sub, "stats", "counts, sizes and collections", cmd_stats)
     stats.add_argument("--by-tier", action="store_true")
     stats.add_argument("--expiring", action="store_true", help="memories expiring within pre_expiry_warning_days")

@@ -162,6 +162,11 @@ class RetentionConfig(_Strict):
 class DeduplicationConfig(_Strict):
     enabled: bool = True
     similarity_threshold: float = Field(default=0.92, ge=0.5, le=1.0)
+    # Beyond the seed: what a dedup UPDATE does with the text it replaces (docs/decisions/0018):
+    # "supersede" keeps it as a superseded version; "reword_in_place" does too, except for a pure
+    # rewording (the same words), which is revised in place with a MERGE revision; "in_place" never
+    # versions (every update a revision, as before facts had versions).
+    update_mode: Literal["supersede", "reword_in_place", "in_place"] = "reword_in_place"
 
 
 class HybridWeights(_Strict):

@@ -12,7 +12,8 @@ from typing import Final, Literal
 TOOLS: Final = ("remember", "recall", "search", "forget", "tag", "collections", "category", "bootstrap", "import",
                 "backup", "repair", "thread_append", "event", "handoff")
 RESOURCES: Final = ("memory://list", "memory://inject", "memory://handoff", "category://list", "collection://list",
-                    "health://status", "memory://{id}", "category://{name}", "collection://{name}")
+                    "health://status", "memory://{id}", "category://{name}", "collection://{name}",
+                    "memory://{id}/history")
 TIERS: Final = ("T0", "T1", "T2", "T3")
 TIER_LABELS: Final = {"T0": "foundational", "T1": "institutional", "T2": "operational", "T3": "transient"}
 MEMORY_TYPES: Final = ("episodic", "semantic", "procedural")
@@ -41,6 +42,7 @@ THREAD_MAX: Final = 200  # characters of a thread id (the client's, scoped to th
 SPEAKER_MAX: Final = 100
 MESSAGE_ID_MAX: Final = 200  # characters of a message id (the idempotency key of a threaded write)
 FACT_KEY_MAX: Final = 200  # characters of a fact key (a namespace-scoped slot: "alice/home-city")
+SUPERSEDES_MAX: Final = 100  # memories one remember may supersede
 THREAD_BATCH_MAX: Final = 500  # messages one thread_append call may carry
 CONTEXT_TURNS_MAX: Final = 5  # neighbouring turns a search or recall result may carry (with_context)
 ERROR_ECHO_MAX: Final = 200  # characters of a client-supplied name quoted back in an error

@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from bhgbrain_site.core.contracts import (
     CATEGORY_NAME_PATTERN,
     COLLECTION_PATTERN,
+    FACT_KEY_MAX,
     JSON_DEPTH_MAX,
     MAX_TAGS,
     MESSAGE_ID_MAX,
@@ -41,6 +42,7 @@ Cursor = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 ThreadId = Annotated[str, StringConstraints(pattern=rf"^[^/\x00-\x1f\x7f]{{1,{THREAD_MAX}}}$")]
 Speaker = Annotated[str, StringConstraints(min_length=1, max_length=SPEAKER_MAX)]
 MessageId = Annotated[str, StringConstraints(min_length=1, max_length=MESSAGE_ID_MAX)]
+FactKey = Annotated[str, StringConstraints(min_length=1, max_length=FACT_KEY_MAX)]  # free text; memories/temporal normalises it
 
 
 def _aware(value: datetime) -> datetime:

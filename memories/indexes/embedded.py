@@ -31,6 +31,7 @@ from memories.embeddings import from_bytes, get_embedder
 from memories.indexes import hnsw, sketch, snapshots
 from memories.indexes.base import InProcessIndex
 from memories.indexes.eligible import Eligible
+from memories.indexes.partitions import partition, partition_of
 from memories.indexes.row_ids import RowIds, opened_ids
 from memories.indexes.vector_capture import VectorCapture
 from memories.indexes.vector_rows import VectorRows
@@ -38,7 +39,7 @@ from memories.indexes.vectors import StoredPoint, VectorHit, VectorIndex, live_u
 from memories.models import Memory
 
 _FIELDS = ("id", "namespace", "collection", "expires_at", "decay_eligible", "archived", "embedding", "embedding_model",
-           "thread")
+           "thread", "superseded_by")
 
 
 class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
@@ -105,8 +106,8 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
         if not memory.archived and memory.embedding is not None and memory.embedding_model == self.model_id:
             vector = from_bytes(memory.embedding)
             if vector.shape[0] == self.dimensions:
-                self._put(str(memory.id), vector, memory.namespace, memory.collection, live_until(memory),
-                          bool(memory.thread))
+                self._put(str(memory.id), vector, partition_of(memory.namespace, memory.superseded_by),
+                          memory.collection, live_until(memory), bool(memory.thread))
                 return
         self._drop(str(memory.id))
 
@@ -114,16 +115,16 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
 
     def _load_rows(self) -> None:
         rows = Memory.objects.filter(archived=False, embedding_model=self.model_id, embedding__isnull=False)
-        fields = ("id", "namespace", "collection", "expires_at", "decay_eligible", "embedding", "thread")
+        fields = ("id", "namespace", "collection", "expires_at", "decay_eligible", "embedding", "thread", "superseded_by")
         self._rows.reserve(rows.count())
         # Streamed: holding every row's blob at once would double the peak memory of the load.
-        for memory_id, namespace, collection, expires_at, decay_eligible, blob, thread in rows.values_list(
+        for memory_id, namespace, collection, expires_at, decay_eligible, blob, thread, successor in rows.values_list(
             *fields
         ).iterator(chunk_size=2000):
             vector = from_bytes(blob)
             if vector.shape[0] == self.dimensions:
-                self._put(str(memory_id), vector, namespace, collection, until_of(decay_eligible, expires_at),
-                          bool(thread))
+                self._put(str(memory_id), vector, partition_of(namespace, successor), collection,
+                          until_of(decay_eligible, expires_at), bool(thread))
 
     def _ready(self) -> None:
         if self.loaded_from == "database" and self._rows.largest_partition() >= sketch.SKETCH_MIN_ROWS:
@@ -142,7 +143,7 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
 
     def _snapshot_params(self) -> dict[str, object]:
         return {"index": "embedded-vector", "model_id": self.model_id, "dimensions": self.dimensions,
-                "sketch_dims": self._rows.sketch_dims}
+                "sketch_dims": self._rows.sketch_dims, "partitions": "superseded"}
 
     def _adopt(self, snapshot: snapshots.Capture) -> bool:
         ids = opened_ids(snapshot)
@@ -183,15 +184,16 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
 
     def search(
         self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime,
-        facts_only: bool = False, exact: bool = False,
+        facts_only: bool = False, exact: bool = False, superseded: bool = False,
     ) -> list[VectorHit]:
         """Best ``limit`` live vectors (``facts_only``: no thread messages); ``exact`` skips the
-        sketch (what the sketch is measured against)."""
+        sketch (what the sketch is measured against); ``superseded``: the namespace's superseded
+        partition instead of its current facts (memories/indexes/partitions.py)."""
         with self._lock:
             self._catch_up()
             self._snapshot_when_due()
             rows = self._rows
-            ns_code = rows.codes.get("n:" + namespace)
+            ns_code = rows.codes.get("n:" + partition(namespace, superseded))
             if ns_code is None:
                 return []
             top = rows.top

@@ -243,25 +243,27 @@ class QdrantVectorIndex:
 
     def search(
         self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime,
-        facts_only: bool = False,
+        facts_only: bool = False, superseded: bool = False,
     ) -> list[VectorHit]:
         dense, _ = self.query(vector, None, namespace=namespace, collection=collection, limit=limit, now=now,
-                              facts_only=facts_only)
+                              facts_only=facts_only, superseded=superseded)
         return dense
 
     def query(
         self, vector: np.ndarray | None, terms: dict[int, float] | None, *, namespace: str, collection: str | None,
-        limit: int, now: datetime, facts_only: bool = False,
+        limit: int, now: datetime, facts_only: bool = False, superseded: bool = False,
     ) -> tuple[list[VectorHit], list[tuple[str, float]]]:
         """Dense (cosine) and full-text (BM25 over the ``bm25`` sparse vectors, IDF by Qdrant) hits,
         best first, either side optional (``terms``: :func:`memories.indexes.sparse.query_weights`). One
         Query API call a collection (``query_batch_points``: both searches, each with the namespace,
-        collection and expiry filter inside Qdrant), so the caller fuses the two lists itself."""
+        collection and expiry filter inside Qdrant), so the caller fuses the two lists itself. Current
+        facts only, or (``superseded``) only superseded ones (the payload's ``superseded`` flag)."""
         from qdrant_client import models
 
         if self._pending() or not self._upgraded:
             self.sync()  # changes another process recorded but could not push (e.g. the scheduler's cleanup)
-        query_filter = self._filter(namespace=namespace, collection=collection, now=now, facts_only=facts_only)
+        query_filter = self._filter(namespace=namespace, collection=collection, now=now, facts_only=facts_only,
+                                    superseded=superseded)
         requests: list[Any] = []
         if vector is not None:
             requests.append(models.QueryRequest(query=np.asarray(vector, dtype=np.float32).tolist(), filter=query_filter,
@@ -289,7 +291,7 @@ class QdrantVectorIndex:
         return dense[:limit], text[:limit]
 
     @staticmethod
-    def _filter(*, namespace: str, collection: str | None, now: datetime, facts_only: bool) -> Any:
+    def _filter(*, namespace: str, collection: str | None, now: datetime, facts_only: bool, superseded: bool) -> Any:
         from qdrant_client import models
 
         must: list[Any] = [models.FieldCondition(key="namespace", match=models.MatchValue(value=namespace))]
@@ -301,7 +303,11 @@ class QdrantVectorIndex:
         ])
         if facts_only:  # a point without the key (written before threads existed) is a fact
             must.append(models.IsEmptyCondition(is_empty=models.PayloadField(key="thread")))
-        return models.Filter(must=[*must, alive])
+        # A point without the key (written before facts had successors) is current.
+        flag = models.FieldCondition(key="superseded", match=models.MatchValue(value=True))
+        if superseded:
+            return models.Filter(must=[*must, alive, flag])
+        return models.Filter(must=[*must, alive], must_not=[flag])
 
     def remote_memories(self, memory_ids: list[str], namespace: str) -> list[Memory]:
         """Unsaved Memory objects built from the payloads of points this store has no row for.

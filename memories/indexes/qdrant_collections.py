@@ -28,7 +28,7 @@ logger = logging.getLogger("bhgbrain.qdrant")
 
 LIST_TTL = 10.0  # seconds a listing of collections is reused
 PAYLOAD_INDEXES = (("namespace", "KEYWORD"), ("collection", "KEYWORD"), ("type", "KEYWORD"), ("retention_tier", "KEYWORD"),
-                   ("decay_eligible", "BOOL"), ("expires_at", "INTEGER"), ("device_id", "KEYWORD"))
+                   ("decay_eligible", "BOOL"), ("expires_at", "INTEGER"), ("device_id", "KEYWORD"), ("superseded", "BOOL"))
 
 
 class QdrantCollections:

@@ -51,6 +51,10 @@ def point_payload(memory: Memory) -> dict[str, Any]:
         "thread": memory.thread, "speaker": memory.speaker, "message_id": memory.message_id,
         "occurred_at": iso_or_none(memory.occurred_at), "event_at": iso_or_none(memory.event_at),
         "valid_until": iso_or_none(memory.valid_until), "status": memory.status,
+        # facts over time: a superseded point is left out of default searches (its own filter key)
+        "valid_from": iso_or_none(memory.valid_from), "superseded": memory.superseded_by is not None,
+        "superseded_by": None if memory.superseded_by is None else str(memory.superseded_by),
+        "fact_key": memory.fact_key,
     }
 
 

@@ -57,10 +57,11 @@ class VectorIndex(Protocol):
 
     def search(
         self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime,
-        facts_only: bool = False,
+        facts_only: bool = False, superseded: bool = False,
     ) -> list[VectorHit]:
         """The best ``limit`` live vectors of the namespace (and collection), exact cosines;
-        ``facts_only`` leaves out the messages of threads (semantic dedup never merges into one)."""
+        ``facts_only`` leaves out the messages of threads (semantic dedup never merges into one);
+        current facts only, or (``superseded``) only the superseded ones."""
 
     def sync(self) -> int:
         """Apply the change feed now; the number of feed rows applied."""

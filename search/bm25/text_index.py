@@ -38,6 +38,7 @@ from memories.analyzer import ANALYZER_VERSION
 from memories.indexes import snapshots
 from memories.indexes.base import InProcessIndex
 from memories.indexes.feed import raw_datetime, raw_uuid
+from memories.indexes.partitions import partition, partition_of
 from memories.indexes.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.indexes.vectors import until_of
 from search.bm25 import compiled
@@ -50,13 +51,13 @@ _SELECT = {
     # SQLite: the analyzed text FTS5 stores; PostgreSQL: the token arrays of memory_search
     # (tags already repeated there, so their column is empty).
     "sqlite": (
-        "SELECT f.memory_id, f.content, f.tags, f.context, m.namespace, m.collection, m.decay_eligible, m.expires_at "
-        "FROM memories_fts f JOIN memories m ON m.id = f.memory_id WHERE m.archived = %s",
+        "SELECT f.memory_id, f.content, f.tags, f.context, m.namespace, m.collection, m.decay_eligible, m.expires_at, "
+        "m.superseded_by FROM memories_fts f JOIN memories m ON m.id = f.memory_id WHERE m.archived = %s",
         "f.rowid",  # the FTS table's memory_id has no index: a feed tail's rows found by it scanned every row
     ),
     "postgresql": (
         "SELECT s.memory_id, array_to_string(s.tokens, ' '), '', array_to_string(s.context_tokens, ' '), "
-        "m.namespace, m.collection, m.decay_eligible, m.expires_at "
+        "m.namespace, m.collection, m.decay_eligible, m.expires_at, m.superseded_by "
         "FROM memory_search s JOIN memories m ON m.id = s.memory_id WHERE m.archived = %s",
         "s.memory_id",
     ),
@@ -163,8 +164,10 @@ class TextIndex(Primer, InProcessIndex):
             self._eligible.set_expiry(self._live, row, until)
 
     def _ingest(self, rows: list[tuple]) -> None:
-        for memory_id, content, tags, context, namespace, collection, decay, expires in rows:
-            self._add(memory_id, content, tags, context or "", namespace, collection, until_of(decay, expires))
+        """Rows as ``_typed`` returns them; a superseded one goes to its namespace's superseded partition."""
+        for memory_id, content, tags, context, namespace, collection, decay, expires, successor in rows:
+            self._add(memory_id, content, tags, context or "", partition_of(namespace, successor), collection,
+                      until_of(decay, expires))
 
     # --- lifecycle hooks (memories/indexes/base.py) ----------------------------------------
 
@@ -199,12 +202,15 @@ class TextIndex(Primer, InProcessIndex):
 
     # --- searching ---------------------------------------------------------------------------
 
-    def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int) -> list[tuple[str, float]]:
+    def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int,
+               superseded: bool = False) -> list[tuple[str, float]]:
+        """The best ``limit`` rows of the namespace's current facts (``superseded``: of its superseded
+        partition, scored with that partition's own statistics)."""
         with self._lock:
             with self._discarded_on_failure():
                 self._follow_feed()
                 self._snapshot_when_due()
-                return self._score(terms, namespace, collection, now, limit)
+                return self._score(terms, partition(namespace, superseded), collection, now, limit)
 
     def _score(self, terms: list[str], namespace: str, collection: str | None, now: datetime,
                limit: int) -> list[tuple[str, float]]:
@@ -249,7 +255,8 @@ class TextIndex(Primer, InProcessIndex):
 
     def _snapshot_params(self) -> dict[str, object]:
         return {"index": "bm25", "analyzer": ANALYZER_VERSION, "vendor": connection.vendor, "k1": self.k1,
-                "b": self.b, "tag_weight": self.tag_weight, "context_weight": self.context_weight}
+                "b": self.b, "tag_weight": self.tag_weight, "context_weight": self.context_weight,
+                "partitions": "superseded"}
 
     def _adopt(self, snapshot: snapshots.Capture) -> bool:
         arrays, terms = snapshot.arrays, snapshot.texts.get("terms", [])
@@ -388,9 +395,9 @@ def _signature(*fields: str) -> int:
 def _typed(rows: list[tuple]) -> list[tuple]:
     """SQLite returns datetimes as text and booleans as ints through a raw cursor."""
     out = []
-    for raw_id, content, tags, context, namespace, collection, decay, expires in rows:
+    for raw_id, content, tags, context, namespace, collection, decay, expires, successor in rows:
         out.append((str(raw_uuid(raw_id)), content, tags, context, namespace, collection, bool(decay),
-                    raw_datetime(expires)))
+                    raw_datetime(expires), None if successor is None else raw_uuid(successor)))
     return out
 
 

@@ -40,6 +40,29 @@ def test_memories_crud_and_filters(api: LiveServer) -> None:
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "NOT_FOUND"
 
 
+def test_search_and_recall_as_of_and_with_history(api: LiveServer) -> None:
+    url = api.url + "/api"
+    ids = []
+    for content, since in (("REST: the build runs on Jenkins", "2026-01-05"), ("REST: the build moved to GitHub Actions",
+                                                                                "2026-03-10T09:30:00Z")):
+        created = httpx.post(f"{url}/memories/", json={"content": content, "key": "ci/runner", "valid_from": since,
+                                                       "namespace": "rest-time"})
+        assert created.status_code == 201, created.text
+        ids.append(created.json()["id"])
+    jenkins, actions = ids
+    body = {"query": "where does the build run?", "namespace": "rest-time"}
+    now = httpx.post(f"{url}/search/", json=body).json()["results"]
+    assert [(r["id"], r["current"], r["key"]) for r in now] == [(actions, True, "ci/runner")]
+    then = httpx.post(f"{url}/search/", json={**body, "as_of": "2026-02-01"}).json()["results"]
+    assert [(r["id"], r["superseded_by"]) for r in then] == [(jenkins, actions)]
+    history = httpx.post(f"{url}/search/", json={**body, "include_history": True}).json()["results"]
+    assert [r["id"] for r in history] == [actions, jenkins]
+    recalled = httpx.post(f"{url}/recall/", json={**body, "as_of": "2026-02-01", "min_score": 0}).json()["results"]
+    assert [r["id"] for r in recalled] == [jenkins]
+    tool = httpx.post(api.url + "/tool/search", json={**body, "as_of": "2026-03-10"}).json()["results"]
+    assert [r["id"] for r in tool] == [actions]  # a bare date: the end of that day
+
+
 def test_collections_and_categories(api: LiveServer) -> None:
     url = api.url + "/api"
     assert httpx.post(f"{url}/collections/", json={"name": "decisions", "namespace": "rest2"}).status_code == 201
@@ -86,6 +109,11 @@ def test_backups_create_list_restore(api: LiveServer) -> None:
         ("GET", "/api/memories/not-a-uuid/", None, 400, "INVALID_INPUT"),
         ("GET", "/api/nowhere/", None, 404, "NOT_FOUND"),
         ("PUT", "/api/search/", {"query": "x"}, 405, "INVALID_INPUT"),
+        ("POST", "/api/search/", {"query": "x", "as_of": "last winter"}, 400, "INVALID_INPUT"),
+        ("POST", "/api/recall/", {"query": "x", "as_of": "2026-02-30"}, 400, "INVALID_INPUT"),
+        ("POST", "/api/search/", {"query": "x", "include_history": "yes"}, 400, "INVALID_INPUT"),
+        ("POST", "/tool/search", {"query": "x", "as_of": "2026-13-01"}, 400, "INVALID_INPUT"),
+        ("POST", "/tool/recall", {"query": "x", "as_of": 10**30}, 400, "INVALID_INPUT"),
     ],
 )
 def test_errors_use_the_envelope(api: LiveServer, method: str, path: str, body: object, status: int, code: str) -> None:

@@ -23,8 +23,9 @@ def test_the_tools_are_the_seeds_then_the_conversation_ones_and_every_operation_
     assert tuple(op.name for op in registry.tools()) == SEED_TOOLS + CONVERSATION_TOOLS  # the seed's order first
     assert tuple(r.uri for r in registry.resources()) == (
         "memory://list", "memory://inject", "memory://handoff", "category://list", "collection://list",
-        "health://status", "memory://{id}", "category://{name}", "collection://{name}")
-    for name in (*SEED_TOOLS, "memories.list", "memories.get", "audit.list", "archive.list", "store.health"):
+        "health://status", "memory://{id}", "category://{name}", "collection://{name}", "memory://{id}/history")
+    for name in (*SEED_TOOLS, "memories.list", "memories.get", "memories.history", "audit.list", "archive.list",
+                 "store.health"):
         operation = registry.get_operation(name)
         assert operation.description and operation.input_model.model_config["extra"] == "forbid"
 

@@ -26,7 +26,7 @@ from tests.live_server import LiveServer, server_env
 NS = "mcp-feat"
 READ_ONLY = {"recall", "search", "handoff"}
 DESTRUCTIVE = {"forget", "collections", "category", "backup", "bootstrap", "tag", "event"}
-PROMPTS = {"bootstrap", "session-start", "remember-this"}
+PROMPTS = {"bootstrap", "session-start", "remember-this", "fact-history"}
 
 
 def _run(factory: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:

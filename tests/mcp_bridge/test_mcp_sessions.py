@@ -22,7 +22,7 @@ TOOLS = {"remember", "recall", "search", "forget", "tag", "collections", "catego
          "thread_append", "event", "handoff"}
 RESOURCES = {"memory://list", "memory://inject", "memory://handoff", "category://list", "collection://list",
              "health://status"}
-TEMPLATES = {"memory://{id}", "category://{name}", "collection://{name}"}
+TEMPLATES = {"memory://{id}", "category://{name}", "collection://{name}", "memory://{id}/history"}
 
 
 def _text(result: Any) -> dict[str, Any]:

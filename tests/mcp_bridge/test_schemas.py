@@ -80,13 +80,15 @@ def test_lean_schema_accepts_and_refuses_what_pydantics_does() -> None:
 HIT = {"id": "f03188d4-4137-463e-bc37-6344b3c1adaf", "namespace": "global", "collection": "general", "content": "c",
        "summary": "s", "type": "semantic", "tags": ["a"], "category": None, "importance": 0.5, "score": 0.9,
        "semantic_score": None, "fulltext_score": 1.2, "retention_tier": "T2", "expires_at": "2026-12-01T00:00:00Z",
-       "expiring_soon": False, "created_at": "2026-12-01T00:00:00Z", "last_accessed": None, "device_id": None}
+       "expiring_soon": False, "created_at": "2026-12-01T00:00:00Z", "last_accessed": None, "device_id": None,
+       "valid_from": "2026-12-01T00:00:00Z", "valid_until": None, "superseded_by": None, "key": None, "current": True}
 
 
 def _mutations(result: dict[str, Any]) -> list[Any]:
     changes: list[tuple[str, Any]] = [("score", "x"), ("category", 5), ("retention_tier", "T9"), ("status", "bogus"),
                                       ("status", "done"), ("expires_at", None), ("expires_at", 3), ("tags", None),
-                                      ("context", None), ("context", {"before": []}), ("bogus", 1), ("thread", "t")]
+                                      ("context", None), ("context", {"before": []}), ("bogus", 1), ("thread", "t"),
+                                      ("current", None), ("current", "yes"), ("valid_from", None), ("superseded_by", 7)]
     out: list[Any] = [result]
     for key, value in changes:
         changed = copy.deepcopy(result)

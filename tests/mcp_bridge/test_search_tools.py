@@ -18,7 +18,7 @@ CTX = CallContext(actor="test")
 RESULT_FIELDS = {
     "id", "namespace", "collection", "content", "summary", "type", "tags", "category", "importance", "score",
     "semantic_score", "fulltext_score", "retention_tier", "expires_at", "expiring_soon", "created_at",
-    "last_accessed", "device_id",
+    "last_accessed", "device_id", "valid_from", "valid_until", "superseded_by", "key", "current",
 }
 
 
@@ -49,6 +49,13 @@ COMMON_INVALID = [
     ({"query": "x", "namespace": "has space"}, "namespace"),
     ({"query": "x", "namespace": ""}, "namespace"),
     ({"query": "x", "collection": "a/b"}, "collection"),
+    ({"query": "x", "as_of": "yesterday"}, "as_of"),
+    ({"query": "x", "as_of": "2026-02-30"}, "as_of"),
+    ({"query": "x", "as_of": "2026-13-01T00:00:00Z"}, "as_of"),
+    ({"query": "x", "as_of": ""}, "as_of"),
+    ({"query": "x", "as_of": ["2026-01-01"]}, "as_of"),
+    ({"query": "x", "include_history": "yes"}, "include_history"),
+    ({"query": "x", "include_history": 1}, "include_history"),
 ]
 
 RECALL_INVALID = [

@@ -120,11 +120,12 @@ def test_a_subset_of_a_stored_memory_is_noop_and_loses_nothing(e5) -> None:
     assert Memory.objects.get(pk=first.id).content == richer
 
 
-def test_an_elaboration_updates(e5) -> None:
+def test_an_elaboration_updates_as_a_new_version(e5) -> None:
     first = remember("The mobile release ships on Monday")
     richer = remember("The mobile release ships on Monday at noon")
-    assert (richer.operation, richer.id) == ("UPDATE", first.id)
-    assert Memory.objects.get(pk=first.id).content.endswith("at noon")
+    assert (richer.operation, richer.merged_with_id) == ("UPDATE", first.id)
+    assert Memory.objects.get(pk=richer.id).content.endswith("at noon")
+    assert str(Memory.objects.get(pk=first.id).superseded_by) == richer.id  # the old text is kept
 
 
 def test_unrelated_content_is_added(e5) -> None:
@@ -138,17 +139,27 @@ def test_semantic_dedup_is_scoped_to_the_collection(e5) -> None:
     assert other.operation == "ADD"
 
 
-def test_t0_update_snapshots_a_revision_and_keeps_the_tier(e5) -> None:
+def test_t0_update_keeps_the_old_version_and_the_tier(e5) -> None:
     original = "Authentication uses JWT tokens signed with RS256. Public keys are rotated every 90 days."
     first = remember(original, retention_tier="T0")
     # T0 needs calibrated >= 0.95 (raw e5 cosine >= 0.985) to update; an added clause is.
     second = remember(JWT)
     assert second.operation == "UPDATE"
+    old = Memory.objects.get(pk=first.id)
+    assert (old.content, str(old.superseded_by)) == (original, second.id)  # kept as the superseded version
+    memory = Memory.objects.get(pk=second.id)
+    assert memory.retention_tier == "T0"  # a new version never demotes
+    assert memory.expires_at is None
+
+
+def test_t0_update_in_place_snapshots_a_revision(e5, bhg_config) -> None:
+    bhg_config.deduplication.update_mode = "in_place"
+    original = "Authentication uses JWT tokens signed with RS256. Public keys are rotated every 90 days."
+    first = remember(original, retention_tier="T0")
+    assert remember(JWT).operation == "UPDATE"
     revision = MemoryRevision.objects.get(memory_id=first.id)
     assert (revision.revision, revision.content, revision.updated_by) == (1, original, "test")
-    memory = Memory.objects.get(pk=first.id)
-    assert memory.retention_tier == "T0"  # a merge never demotes
-    assert memory.expires_at is None
+    assert Memory.objects.get(pk=first.id).retention_tier == "T0"
 
 
 def test_update_recomputes_expiry_and_applies_explicit_tier(e5) -> None:

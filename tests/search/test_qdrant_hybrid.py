@@ -256,3 +256,26 @@ def test_an_old_server_that_cannot_add_the_sparse_vector_keeps_writes_and_fullte
     assert isinstance(record.vector, list) and Memory.objects.get(id=second.id).vector_synced
     assert set(_fulltext("capybara")) == {first.id, second.id}  # answered by the in-process fallback
     assert text_index.text_index_loaded()
+
+
+def test_superseded_points_are_left_out_by_default_and_found_as_of(qdrant: QdrantVectorIndex) -> None:
+    """A superseded version's point carries ``superseded: true``: the default filter leaves it
+    out (in Qdrant, no in-process index), ``as_of`` and the superseded partition find it."""
+    from datetime import UTC, datetime
+
+    from search.temporal import TimeScope
+
+    old = remember("Alice lives in Paris near the canal", key="alice/city", valid_from=datetime(2026, 1, 5, tzinfo=UTC)).id
+    new = remember("Alice lives in Berlin near the river", key="alice/city", valid_from=datetime(2026, 3, 10, tzinfo=UTC)).id
+    qdrant.sync()
+    payload = qdrant.client().retrieve(collection_name("global", "general"), ids=[old], with_payload=True)[0].payload
+    assert payload["superseded"] is True and payload["superseded_by"] == new
+    for mode in ("fulltext", "semantic", "hybrid"):
+        found = memories_search(query="Alice lives near", namespace="global", collection=None, mode=mode, limit=10)
+        assert [str(h.memory.id) for h in found] == [new], mode
+        then = memories_search(query="Alice lives near", namespace="global", collection=None, mode=mode, limit=10,
+                               scope=TimeScope(as_of=datetime(2026, 2, 1, tzinfo=UTC)))
+        assert [str(h.memory.id) for h in then] == [old], mode
+    assert [h.memory_id for h in fulltext_hits("Paris canal", namespace="global", collection=None, limit=10,
+                                               now=timezone.now(), superseded=True)] == [old]
+    assert _no_text_index()

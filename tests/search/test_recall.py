@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 RESULT_FIELDS = {
     "id", "namespace", "collection", "content", "summary", "type", "tags", "category", "importance", "score",
     "semantic_score", "fulltext_score", "retention_tier", "expires_at", "expiring_soon", "created_at",
-    "last_accessed", "device_id",
+    "last_accessed", "device_id", "valid_from", "valid_until", "superseded_by", "key", "current",
 }
 
 MEMORIES = [

@@ -63,6 +63,27 @@ def test_store_commands_of_the_seed_cli(tmp_path: Path) -> None:
     assert run("show", "not-a-uuid", expect=1)["error"]["code"] == "INVALID_INPUT"
 
 
+def test_search_and_recall_as_of_and_with_history(tmp_path: Path) -> None:
+    config = _fresh_config(tmp_path)
+
+    def run(*args: str, expect: int = 0) -> Any:
+        proc = _cli(f"--config={config}", *args)
+        assert proc.returncode == expect, proc.stdout + proc.stderr
+        return json.loads(proc.stdout)
+
+    ids = [run("tool", "remember", json.dumps({"content": content, "key": "team/lead", "valid_from": since}))["id"]
+           for content, since in (("CLI: the team lead is Ana", "2026-01-05"), ("CLI: the team lead is now Bo", "2026-03-10"))]
+    ana, bo = ids
+    assert [r["id"] for r in run("search", "team lead", "--mode", "fulltext")["results"]] == [bo]
+    then = run("search", "team lead", "--mode", "fulltext", "--as-of", "2026-02-01")["results"]
+    assert [(r["id"], r["superseded_by"]) for r in then] == [(ana, bo)]
+    history = run("search", "team lead", "--mode", "fulltext", "--history")["results"]
+    assert [(r["id"], r["current"]) for r in history] == [(bo, True), (ana, False)]
+    for command in ("search", "recall"):
+        refused = run(command, "team lead", "--as-of", "someday", expect=1)
+        assert refused["error"]["code"] == "INVALID_INPUT" and "as_of" in refused["error"]["message"]
+
+
 # one command of each family, each on its own brand-new store: (arguments, exit code, what stdout holds)
 FRESH_STORE_COMMANDS = [
     (("health",), 0, '"components"'),

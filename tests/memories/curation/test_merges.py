@@ -18,6 +18,14 @@ BEFORE = "The mobile release ships on Monday"
 AFTER = "The mobile release ships on Monday at noon"
 
 
+@pytest.fixture(autouse=True)
+def _merges_in_place(bhg_config) -> None:
+    """Merges revised in place (an elaboration under the default update_mode is a new version
+    instead: tests/memories/test_temporal.py); a rewording is revised in place in every mode but
+    "supersede", and its revision is what this page reviews and undoes."""
+    bhg_config.deduplication.update_mode = "in_place"
+
+
 @pytest.fixture
 def merged(e5) -> str:
     first = remember(BEFORE, namespace="alice", tags=["mobile"], retention_tier="T3", importance=0.3)

@@ -1,0 +1,129 @@
+"""Facts over time on the read side: which versions a search may return and in what order.
+
+A memory is *current* while ``superseded_by`` is empty; its validity is the half-open interval
+[``valid_from``, ``valid_until``) (``valid_from`` null reads as ``created_at``, ``valid_until``
+null is open). A default search reads only current facts (their index partition,
+memories/indexes/partitions.py); ``as_of`` keeps the versions valid at that time, current or
+not; ``include_history`` follows each result with its older versions, newest first, so a
+superseded fact never ranks above its successor.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, time
+from typing import Any
+
+from memories.models import Memory
+from memories.temporal import fact_chain, valid_start
+from search.scored import Scored
+
+_BARE_DATE = re.compile(r"^\s*(\d{4})-(\d{2})-(\d{2})\s*$")
+
+
+@dataclass(frozen=True)
+class TimeScope:
+    """Which versions of facts a search answers with: current ones (the default), the versions
+    valid ``as_of`` a time, and (``include_history``) each result's older versions after it."""
+
+    as_of: datetime | None = None
+    include_history: bool = False
+
+    @property
+    def default(self) -> bool:
+        """Current facts only: the search reads the current partitions and nothing else."""
+        return self.as_of is None and not self.include_history
+
+
+CURRENT = TimeScope()
+
+
+def end_of_day(value: Any) -> Any:
+    """``as_of`` as given: a bare date (``2026-03-01``) means the end of that day, UTC, so "as of
+    the 1st" includes what changed that day; anything else is left to the datetime parser."""
+    found = _BARE_DATE.match(value) if isinstance(value, str) else None
+    if found is None:
+        return value
+    day = datetime(int(found[1]), int(found[2]), int(found[3]), tzinfo=UTC).date()  # ValueError: no such day
+    return datetime.combine(day, time.max, tzinfo=UTC)
+
+
+def in_utc(value: datetime) -> datetime:
+    """A time without a zone is UTC."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def valid_at(memory: Memory, moment: datetime) -> bool:
+    """Whether the memory was valid at ``moment``: valid_from <= moment < valid_until."""
+    return valid_start(memory) <= moment and (memory.valid_until is None or memory.valid_until > moment)
+
+
+def is_current(memory: Memory) -> bool:
+    return memory.superseded_by is None
+
+
+def temporal_fields(memory: Memory) -> dict[str, Any]:
+    """What every result item says about the memory's place in time."""
+    return {
+        "valid_from": valid_start(memory),
+        "valid_until": memory.valid_until,
+        "superseded_by": None if memory.superseded_by is None else str(memory.superseded_by),
+        "key": memory.fact_key,
+        "current": memory.superseded_by is None,
+    }
+
+
+def with_predecessors(memory_ids: Sequence[uuid.UUID], *, namespace: str) -> set[uuid.UUID]:
+    """Those of these memories that some older version of the namespace points to (one query)."""
+    if not memory_ids:
+        return set()
+    found = Memory.objects.filter(namespace=namespace, superseded_by__in=list(memory_ids))
+    return set(found.values_list("superseded_by", flat=True).distinct())
+
+
+def _chain_of(item: Scored, namespace: str) -> list[Memory]:
+    """The item's fact chain, oldest first (the item alone when it has no other version)."""
+    assert item.memory is not None
+    return fact_chain(item.memory.id, namespaces=[namespace])
+
+
+def _head_position(chain: list[Memory], item: Scored, as_of: datetime | None) -> int:
+    """Where the result of this chain sits: the item itself under ``as_of`` (the version valid
+    then), else the chain's current version (the newest current one)."""
+    ids = [m.id for m in chain]
+    assert item.memory is not None
+    if as_of is not None or item.memory.superseded_by is None:
+        return ids.index(item.memory.id)
+    current = [i for i, m in enumerate(chain) if m.superseded_by is None]
+    return current[-1] if current else ids.index(item.memory.id)
+
+
+def with_history(items: list[Scored], *, namespace: str, as_of: datetime | None, limit: int) -> list[Scored]:
+    """``include_history``: each result (best first, rows loaded) followed by its older versions,
+    newest first, marked by their ``superseded_by``. A superseded hit (no ``as_of``) stands for its
+    chain's current version, which takes the chain's best score and place, so a superseded fact
+    never ranks above its successor. ``limit`` counts results, not the versions that follow them."""
+    loaded = [item for item in items if item.memory is not None]
+    linked = with_predecessors([uuid.UUID(i.memory_id) for i in loaded], namespace=namespace)
+    hits = {item.memory_id: item for item in loaded}
+    out: list[Scored] = []
+    seen: set[uuid.UUID] = set()
+    results = 0
+    for item in loaded:
+        memory = item.memory
+        assert memory is not None
+        if memory.id in seen:
+            continue
+        if results == limit:
+            break
+        chain = _chain_of(item, namespace) if memory.id in linked or memory.superseded_by is not None else [memory]
+        at = _head_position(chain, item, as_of)
+        head = hits.get(str(chain[at].id)) or Scored(str(chain[at].id), memory=chain[at])
+        head.score = max(head.score, item.score)
+        out.append(head)
+        out.extend(hits.get(str(m.id)) or Scored(str(m.id), memory=m) for m in reversed(chain[:at]))
+        seen.update(m.id for m in chain)
+        results += 1
+    return out
