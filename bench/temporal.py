@@ -39,6 +39,8 @@ the keys namespaces is timed without temporal parameters, with ``as_of`` and wit
 in a worker on that revision's code (``git archive``) against the same database: the overhead over
 plain hybrid search before the feature. The workers take their questions in interleaved rounds;
 every question is asked once untimed first (query embeddings cached: the overhead is the search's).
+Each worker reads its own copy of the store (SQLite: ``VACUUM INTO``, made after the load) with the
+default settings of the code it runs.
 
 A feature the checkout lacks (``key``, ``valid_from``, ``as_of``, ``include_history``) is reported as
 missing and its questions skipped: never guessed. No assertions: numbers only. Writes a JSON
@@ -323,11 +325,28 @@ def serve(code_root: str) -> None:
         print(json.dumps({"ms": (time.perf_counter_ns() - t0) / 1e6, "n": found}), flush=True)
 
 
+def worker_config(name: str, scratch: Path) -> Path:
+    """A config of the worker's own (the default settings of the code it runs: a revision may not know
+    a newer one's keys) on a copy of the store made now (SQLite: ``VACUUM INTO``, the same fresh page
+    layout for every worker; PostgreSQL: the same database), with its own index snapshots."""
+    from django.db import connection
+
+    folder = scratch / f"{name}-data"
+    folder.mkdir()
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM INTO %s", [str(folder / "bhgbrain.sqlite3")])
+    config = folder / "config.json"
+    config.write_text(json.dumps({"data_dir": str(folder), "deduplication": {"enabled": True}}))
+    return config
+
+
 class Worker:
-    def __init__(self, code_root: Path) -> None:
+    def __init__(self, code_root: Path, config: Path) -> None:
         self.process = subprocess.Popen(  # noqa: S603 - our own interpreter and script
             [sys.executable, str(Path(__file__).resolve()), "--serve", str(code_root)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "BHGBRAIN_CONFIG": str(config)})
         hello = json.loads(self._line())
         self.product = hello["product"]
 
@@ -406,10 +425,10 @@ def latency(corpus: tc.Corpus, args: argparse.Namespace, feats: dict[str, bool],
         variants.append(("head", "hybrid as_of", {"as_of": "@"}))
     if feats["include_history"]:
         variants.append(("head", "hybrid include_history", {"include_history": True}))
-    workers = {"head": Worker(ROOT)}
+    workers = {"head": Worker(ROOT, worker_config("head", scratch))}
     if args.baseline:
         tree = baseline_tree(args.baseline, scratch / f"baseline-{args.baseline}")
-        workers["baseline"] = Worker(tree)
+        workers["baseline"] = Worker(tree, worker_config("baseline", scratch))
         variants.insert(0, ("baseline", f"hybrid at {args.baseline}", {}))
     try:
         def arguments(extra: dict[str, Any], i: int) -> dict[str, Any]:
