@@ -7,8 +7,8 @@ embedded once for all of them (the model costs ~12-40 ms a query, the index look
 namespace). Scores are on the tool's 0..1 scale in every namespace, so the merge keeps each
 namespace's own order and interleaves them by score; a list filtered to one namespace searches
 only that one. No access is recorded: a curator reading is not an agent recalling. A curator
-finds superseded versions too: each namespace's superseded partition is searched like one more
-namespace (the console's filters tell current from superseded).
+finds superseded versions too: both partitions of each namespace are searched (the console's
+filters tell current from superseded).
 
 The semantic side always has nearest neighbours, however unrelated; a list is not a top-10, so
 a memory is listed only when its words match or its calibrated similarity reaches recall's gate
@@ -27,6 +27,7 @@ from django.utils import timezone
 from bhgbrain_site.core.errors import EmbeddingUnavailable
 from memories.embeddings import Embedder, calibrate, embed_query, get_embedder
 from memories.indexes.embedded import get_vector_index
+from memories.indexes.partitions import Versions
 from memories.loading import memories_by_id
 from search.selectors import Scored, apply_priors, default_params, fulltext_hits, fuse
 
@@ -42,12 +43,12 @@ def _query_vector(query: str) -> tuple[np.ndarray, Embedder] | None:
 
 
 def _semantic(query: tuple[np.ndarray, Embedder] | None, namespace: str, limit: int, now: datetime,
-              superseded: bool) -> list[Scored]:
+              versions: Versions) -> list[Scored]:
     index = get_vector_index()
     if query is None or index is None:
         return []
     vector, embedder = query
-    hits = index.search(vector, namespace=namespace, collection=None, limit=limit, now=now, superseded=superseded)
+    hits = index.search(vector, namespace=namespace, collection=None, limit=limit, now=now, versions=versions)
     calibrated = calibrate(np.array([h.cosine for h in hits]), embedder.curve) if hits else []
     return [Scored(h.memory_id, float(c), semantic=float(c)) for h, c in zip(hits, calibrated, strict=True)]
 
@@ -65,10 +66,9 @@ def memory_ids_ranked(*, query: str, namespaces: Sequence[str], limit: int) -> l
     vector = _query_vector(query)
     fused: list[Scored] = []
     for namespace in namespaces:
-        for superseded in (False, True):
-            text = fulltext_hits(query, namespace=namespace, collection=None, limit=depth, now=now, superseded=superseded)
-            semantic = _semantic(vector, namespace, depth, now, superseded)
-            fused.extend(item for item in fuse(semantic, text, params)[:limit] if _relevant(item, gate))
+        text = fulltext_hits(query, namespace=namespace, collection=None, limit=depth, now=now, versions="all")
+        fused.extend(item for item in fuse(_semantic(vector, namespace, depth, now, "all"), text, params)[:limit]
+                     if _relevant(item, gate))
     rows = memories_by_id([uuid.UUID(item.memory_id) for item in fused])
     kept = []
     for item in fused:

@@ -26,6 +26,7 @@ from django.db import connection
 
 from memories.analyzer import analyze_query
 from memories.conversations import contexts
+from memories.indexes.partitions import Versions
 from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B, field_tokens
 from memories.models import Memory
 from search.bm25.text_index import fts_rowid, get_text_index
@@ -109,14 +110,14 @@ class FullTextIndexer:
 
 
 def search(query: str, *, namespace: str, collection: str | None, now: datetime, limit: int,
-           superseded: bool = False) -> list[TextHit]:
+           versions: Versions = "current") -> list[TextHit]:
     """BM25-ranked live memories of the namespace matching any query term, best first: its
-    current facts, or (``superseded``) the ones superseded since."""
+    current facts, or (``versions``) its superseded ones, or both."""
     terms = analyze_query(query)
     if not terms:
         return []
     # SQLite stores tags apart (weighted when loaded); PostgreSQL's token arrays repeat them already.
     tag_weight = TAG_WEIGHT if connection.vendor == "sqlite" else 1
     index = get_text_index(K1, B, tag_weight, CONTEXT_WEIGHT)
-    hits = index.search(terms, namespace=namespace, collection=collection, now=now, limit=limit, superseded=superseded)
+    hits = index.search(terms, namespace=namespace, collection=collection, now=now, limit=limit, versions=versions)
     return [TextHit(memory_id, score) for memory_id, score in hits]

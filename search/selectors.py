@@ -22,6 +22,7 @@ from bhgbrain_site.core.errors import EmbeddingUnavailable
 from memories.conversations import turns_after, turns_before
 from memories.embeddings import calibrate, embed_query, get_embedder, start_query
 from memories.indexes.embedded import get_vector_index
+from memories.indexes.partitions import Versions
 from memories.indexes.qdrant import QdrantVectorIndex, SparseVectorsMissing
 from memories.indexes.sparse import query_weights
 from memories.indexes.vectors import VectorHit
@@ -72,7 +73,7 @@ def semantic_hits(query: str, *, namespace: str, collection: str | None, limit: 
 
 class SemanticSearch(Protocol):
     def __call__(self, *, namespace: str, collection: str | None, limit: int, now: datetime,
-                 superseded: bool = False) -> list[Scored]: ...
+                 versions: Versions = "current") -> list[Scored]: ...
 
 
 def start_semantic(query: str) -> SemanticSearch:
@@ -86,9 +87,9 @@ def start_semantic(query: str) -> SemanticSearch:
     vector = start_query(embedder, query)
 
     def finish(*, namespace: str, collection: str | None, limit: int, now: datetime,
-               superseded: bool = False) -> list[Scored]:
+               versions: Versions = "current") -> list[Scored]:
         hits: list[VectorHit] = index.search(vector(), namespace=namespace, collection=collection, limit=limit, now=now,
-                                             superseded=superseded)
+                                             versions=versions)
         return _semantic_scored(hits, embedder.curve)
 
     return finish
@@ -116,26 +117,26 @@ def _qdrant() -> QdrantVectorIndex | None:
 
 
 def fulltext_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime,
-                  superseded: bool = False) -> list[Scored]:
-    """BM25-ranked memories (current facts; ``superseded``: the superseded ones), each scored
-    against the query's best (0..1)."""
+                  versions: Versions = "current") -> list[Scored]:
+    """BM25-ranked memories (current facts; ``versions``: the superseded ones, or both), each
+    scored against the query's best (0..1)."""
     return _text_scored(_bm25_hits(query, namespace=namespace, collection=collection, limit=limit, now=now,
-                                   superseded=superseded))
+                                   versions=versions))
 
 
 def _bm25_hits(query: str, *, namespace: str, collection: str | None, limit: int, now: datetime,
-               superseded: bool = False) -> list[tuple[str, float]]:
+               versions: Versions = "current") -> list[tuple[str, float]]:
     """(memory id, BM25) best first, from Qdrant's sparse vectors or this process's text index."""
     index = _qdrant()
     if index is not None:
         terms = query_weights(query)
         try:
             _, text = index.query(None, terms, namespace=namespace, collection=collection, limit=limit, now=now,
-                                  superseded=superseded) if terms else ([], [])
+                                  versions=versions) if terms else ([], [])
             return text
         except _unreachable():
             logger.exception("qdrant cannot answer full-text: it falls back to this process's own index")
-    hits = fulltext.search(query, namespace=namespace, collection=collection, now=now, limit=limit, superseded=superseded)
+    hits = fulltext.search(query, namespace=namespace, collection=collection, now=now, limit=limit, versions=versions)
     return [(h.memory_id, h.score) for h in hits]
 
 
@@ -331,8 +332,8 @@ TEMPORAL_ROUNDS = 4  # a search in the past deepens its candidate lists (×4) at
 def _partition_sides(query: str, *, mode: Mode, namespace: str, collection: str | None, limit: int,
                      now: datetime) -> tuple[list[Scored], list[tuple[str, float]]]:
     """The semantic hits (calibrated) and the raw BM25 hits of the namespace's current *and*
-    superseded partitions, each side merged best first (semantic empty without an embedder,
-    unless ``mode`` is semantic: then EmbeddingUnavailable)."""
+    superseded partitions, one pass each (BM25 with the two partitions' joint statistics), best
+    first (semantic empty without an embedder, unless ``mode`` is semantic: then EmbeddingUnavailable)."""
     pending: SemanticSearch | None = None
     if mode != "fulltext":
         try:
@@ -342,21 +343,15 @@ def _partition_sides(query: str, *, mode: Mode, namespace: str, collection: str 
                 raise
     text: list[tuple[str, float]] = []
     if mode != "semantic":
-        for superseded in (False, True):
-            text += _bm25_hits(query, namespace=namespace, collection=collection, limit=limit, now=now,
-                               superseded=superseded)
-    semantic: list[Scored] = []
+        text = _bm25_hits(query, namespace=namespace, collection=collection, limit=limit, now=now, versions="all")
     try:
-        for superseded in (False, True) if pending else ():
-            semantic += pending(namespace=namespace, collection=collection, limit=limit, now=now,  # type: ignore[misc]
-                                superseded=superseded)
+        semantic = pending(namespace=namespace, collection=collection, limit=limit, now=now, versions="all") \
+            if pending else []
     except EmbeddingUnavailable:
         if mode == "semantic":
             raise
         semantic = []
-    semantic.sort(key=lambda s: s.score, reverse=True)
-    text.sort(key=lambda hit: hit[1], reverse=True)
-    return semantic[:limit], text[:limit]
+    return semantic, text
 
 
 def _temporal_round(query: str, *, mode: Mode, namespace: str, collection: str | None, depth: int, now: datetime,

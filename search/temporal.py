@@ -60,10 +60,6 @@ def valid_at(memory: Memory, moment: datetime) -> bool:
     return valid_start(memory) <= moment and (memory.valid_until is None or memory.valid_until > moment)
 
 
-def is_current(memory: Memory) -> bool:
-    return memory.superseded_by is None
-
-
 def temporal_fields(memory: Memory) -> dict[str, Any]:
     """What every result item says about the memory's place in time."""
     return {
@@ -79,7 +75,7 @@ def with_predecessors(memory_ids: Sequence[uuid.UUID], *, namespace: str) -> set
     """Those of these memories that some older version of the namespace points to (one query)."""
     if not memory_ids:
         return set()
-    found = Memory.objects.filter(namespace=namespace, superseded_by__in=list(memory_ids))
+    found = Memory.objects.filter(namespace=namespace, archived=False, superseded_by__in=list(memory_ids))
     return set(found.values_list("superseded_by", flat=True).distinct())
 
 

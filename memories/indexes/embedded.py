@@ -31,7 +31,7 @@ from memories.embeddings import from_bytes, get_embedder
 from memories.indexes import hnsw, sketch, snapshots
 from memories.indexes.base import InProcessIndex
 from memories.indexes.eligible import Eligible
-from memories.indexes.partitions import partition, partition_of
+from memories.indexes.partitions import Versions, partition_of, partitions
 from memories.indexes.row_ids import RowIds, opened_ids
 from memories.indexes.vector_capture import VectorCapture
 from memories.indexes.vector_rows import VectorRows
@@ -184,28 +184,29 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
 
     def search(
         self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime,
-        facts_only: bool = False, exact: bool = False, superseded: bool = False,
+        facts_only: bool = False, exact: bool = False, versions: Versions = "current",
     ) -> list[VectorHit]:
         """Best ``limit`` live vectors (``facts_only``: no thread messages); ``exact`` skips the
-        sketch (what the sketch is measured against); ``superseded``: the namespace's superseded
-        partition instead of its current facts (memories/indexes/partitions.py)."""
+        sketch (what the sketch is measured against); ``versions``: the namespace's current facts,
+        its superseded ones, or both (memories/indexes/partitions.py)."""
         with self._lock:
             self._catch_up()
             self._snapshot_when_due()
             rows = self._rows
-            ns_code = rows.codes.get("n:" + partition(namespace, superseded))
-            if ns_code is None:
+            found = (rows.codes.get("n:" + name) for name in partitions(namespace, versions))
+            ns_codes = tuple(code for code in found if code is not None)
+            if not ns_codes:
                 return []
             top = rows.top
             coll_code = None if collection is None else rows.codes.get("c:" + collection, -2)
-            eligible = self._eligible_rows(ns_code, coll_code, facts_only, top, now.timestamp())
+            eligible = self._eligible_rows(ns_codes, coll_code, facts_only, top, now.timestamp())
             mask, candidates = eligible.mask, eligible.rows()
             if candidates.size == 0:
                 return []
             query = np.asarray(vector, dtype=np.float32)
             shortlist = None
             if not exact and candidates.size >= hnsw.ANN_MIN_ROWS and self._ann is not None:
-                pids = self._ann.partitions(ns_code, coll_code, facts_only)
+                pids = [pid for code in ns_codes for pid in self._ann.partitions(code, coll_code, facts_only)]
                 shortlist = self._ann.shortlist(query, pids, mask, candidates, sketch.shortlist_size(limit))
             if shortlist is not None:  # the graphs' best rows (and the small partitions'), re-scored exactly
                 candidates = shortlist
@@ -225,7 +226,7 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
             order = order[np.argsort(-scores[order], kind="stable")]
             return [VectorHit(rows.ids.get(int(candidates[i])) or "", float(scores[i])) for i in order]
 
-    def _eligible_rows(self, ns_code: int, coll_code: int | None, facts_only: bool, top: int,
+    def _eligible_rows(self, ns_codes: tuple[int, ...], coll_code: int | None, facts_only: bool, top: int,
                        now: float) -> Eligible:
         """The rows a search may return (in the namespace and collection, unexpired at ``now``,
         facts only if asked), as a mask and as row numbers: reused until a row is written or
@@ -234,14 +235,16 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
         rows = self._rows
 
         def select() -> np.ndarray:
-            mask = rows.ns[:top] == ns_code
+            mask = rows.ns[:top] == ns_codes[0]
+            for code in ns_codes[1:]:
+                mask |= rows.ns[:top] == code
             if coll_code is not None:
                 mask &= rows.coll[:top] == coll_code
             if facts_only:
                 mask &= ~rows.threaded[:top]
             return mask
 
-        return self._eligible.get((ns_code, coll_code, facts_only), (self._version, top), now, rows.live[:top], select)
+        return self._eligible.get((ns_codes, coll_code, facts_only), (self._version, top), now, rows.live[:top], select)
 
     def sync(self) -> int:
         """Replay the change feed now (searches do it anyway)."""

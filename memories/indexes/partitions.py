@@ -10,13 +10,24 @@ it moves a row whose namespace changed. ``#`` cannot occur in a namespace name
 from __future__ import annotations
 
 import uuid
+from typing import Literal
 
 SUPERSEDED_SUFFIX = "#superseded"
+# Which versions a search reads: the current facts (the default), the superseded ones, or both
+# (``as_of`` and ``include_history``: both partitions in one pass, with their joint statistics).
+Versions = Literal["current", "superseded", "all"]
 
 
 def partition(namespace: str, superseded: bool = False) -> str:
     """The name of the namespace's current (or superseded) partition."""
     return namespace + SUPERSEDED_SUFFIX if superseded else namespace
+
+
+def partitions(namespace: str, versions: Versions) -> tuple[str, ...]:
+    """The partitions a search for ``versions`` of the namespace reads."""
+    if versions == "all":
+        return namespace, namespace + SUPERSEDED_SUFFIX
+    return (partition(namespace, versions == "superseded"),)
 
 
 def partition_of(namespace: str, superseded_by: uuid.UUID | str | None) -> str:

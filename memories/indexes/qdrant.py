@@ -33,6 +33,7 @@ from memories.embeddings import from_bytes
 from memories.indexes import sparse
 from memories.indexes.feed import split_expiries
 from memories.indexes.feed_cursor import has_news, read_after
+from memories.indexes.partitions import Versions
 from memories.indexes.qdrant_collections import QdrantCollections
 from memories.indexes.qdrant_points import (
     collection_name,
@@ -243,27 +244,27 @@ class QdrantVectorIndex:
 
     def search(
         self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime,
-        facts_only: bool = False, superseded: bool = False,
+        facts_only: bool = False, versions: Versions = "current",
     ) -> list[VectorHit]:
         dense, _ = self.query(vector, None, namespace=namespace, collection=collection, limit=limit, now=now,
-                              facts_only=facts_only, superseded=superseded)
+                              facts_only=facts_only, versions=versions)
         return dense
 
     def query(
         self, vector: np.ndarray | None, terms: dict[int, float] | None, *, namespace: str, collection: str | None,
-        limit: int, now: datetime, facts_only: bool = False, superseded: bool = False,
+        limit: int, now: datetime, facts_only: bool = False, versions: Versions = "current",
     ) -> tuple[list[VectorHit], list[tuple[str, float]]]:
         """Dense (cosine) and full-text (BM25 over the ``bm25`` sparse vectors, IDF by Qdrant) hits,
         best first, either side optional (``terms``: :func:`memories.indexes.sparse.query_weights`). One
         Query API call a collection (``query_batch_points``: both searches, each with the namespace,
-        collection and expiry filter inside Qdrant), so the caller fuses the two lists itself. Current
-        facts only, or (``superseded``) only superseded ones (the payload's ``superseded`` flag)."""
+        collection and expiry filter inside Qdrant), so the caller fuses the two lists itself.
+        ``versions``: current facts, superseded ones or both (the payload's ``superseded`` flag)."""
         from qdrant_client import models
 
         if self._pending() or not self._upgraded:
             self.sync()  # changes another process recorded but could not push (e.g. the scheduler's cleanup)
         query_filter = self._filter(namespace=namespace, collection=collection, now=now, facts_only=facts_only,
-                                    superseded=superseded)
+                                    versions=versions)
         requests: list[Any] = []
         if vector is not None:
             requests.append(models.QueryRequest(query=np.asarray(vector, dtype=np.float32).tolist(), filter=query_filter,
@@ -291,7 +292,7 @@ class QdrantVectorIndex:
         return dense[:limit], text[:limit]
 
     @staticmethod
-    def _filter(*, namespace: str, collection: str | None, now: datetime, facts_only: bool, superseded: bool) -> Any:
+    def _filter(*, namespace: str, collection: str | None, now: datetime, facts_only: bool, versions: Versions) -> Any:
         from qdrant_client import models
 
         must: list[Any] = [models.FieldCondition(key="namespace", match=models.MatchValue(value=namespace))]
@@ -305,9 +306,9 @@ class QdrantVectorIndex:
             must.append(models.IsEmptyCondition(is_empty=models.PayloadField(key="thread")))
         # A point without the key (written before facts had successors) is current.
         flag = models.FieldCondition(key="superseded", match=models.MatchValue(value=True))
-        if superseded:
+        if versions == "superseded":
             return models.Filter(must=[*must, alive, flag])
-        return models.Filter(must=[*must, alive], must_not=[flag])
+        return models.Filter(must=[*must, alive], must_not=[flag] if versions == "current" else None)
 
     def remote_memories(self, memory_ids: list[str], namespace: str) -> list[Memory]:
         """Unsaved Memory objects built from the payloads of points this store has no row for.

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
+    from memories.indexes.partitions import Versions
     from memories.models import Memory
 
 
@@ -57,11 +58,11 @@ class VectorIndex(Protocol):
 
     def search(
         self, vector: np.ndarray, *, namespace: str, collection: str | None, limit: int, now: datetime,
-        facts_only: bool = False, superseded: bool = False,
+        facts_only: bool = False, versions: Versions = "current",
     ) -> list[VectorHit]:
         """The best ``limit`` live vectors of the namespace (and collection), exact cosines;
         ``facts_only`` leaves out the messages of threads (semantic dedup never merges into one);
-        current facts only, or (``superseded``) only the superseded ones."""
+        ``versions``: current facts only (the default), the superseded ones, or both."""
 
     def sync(self) -> int:
         """Apply the change feed now; the number of feed rows applied."""

@@ -38,7 +38,7 @@ from memories.analyzer import ANALYZER_VERSION
 from memories.indexes import snapshots
 from memories.indexes.base import InProcessIndex
 from memories.indexes.feed import raw_datetime, raw_uuid
-from memories.indexes.partitions import partition, partition_of
+from memories.indexes.partitions import Versions, partition_of, partitions
 from memories.indexes.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.indexes.vectors import until_of
 from search.bm25 import compiled
@@ -203,28 +203,31 @@ class TextIndex(Primer, InProcessIndex):
     # --- searching ---------------------------------------------------------------------------
 
     def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int,
-               superseded: bool = False) -> list[tuple[str, float]]:
-        """The best ``limit`` rows of the namespace's current facts (``superseded``: of its superseded
-        partition, scored with that partition's own statistics)."""
+               versions: Versions = "current") -> list[tuple[str, float]]:
+        """The best ``limit`` rows of the namespace's current facts; ``versions``: of its superseded
+        ones, or of both partitions together (scored with their joint statistics)."""
         with self._lock:
             with self._discarded_on_failure():
                 self._follow_feed()
                 self._snapshot_when_due()
-                return self._score(terms, partition(namespace, superseded), collection, now, limit)
+                return self._score(terms, partitions(namespace, versions), collection, now, limit)
 
-    def _score(self, terms: list[str], namespace: str, collection: str | None, now: datetime,
+    def _score(self, terms: list[str], namespaces: tuple[str, ...], collection: str | None, now: datetime,
                limit: int) -> list[tuple[str, float]]:
-        """BM25 with the namespace's own statistics (kept as rows change, not recounted per
-        query), the top ``limit`` found by MaxScore (search/bm25/topk.py)."""
-        ns_code = self._codes.get("n:" + namespace)
-        docs = self._ns_docs.get(ns_code) if ns_code is not None else None
-        if ns_code is None or docs is None or docs[0] <= 0:
+        """BM25 with the statistics of these partitions (a namespace's current facts, its superseded
+        ones, or both; kept as rows change, not recounted per query), the top ``limit`` found by
+        MaxScore (search/bm25/topk.py)."""
+        codes = tuple(code for code in (self._codes.get("n:" + name) for name in namespaces)
+                      if code is not None and self._ns_docs.get(code, [0])[0] > 0)
+        if not codes:
             return []
+        docs = [sum(self._ns_docs[code][i] for code in codes) for i in (0, 1)]
         n_docs, avgdl = int(docs[0]), avgdl_of(docs)
         stats, lists = self._stats, []
         for term in terms:
             parts = self._postings.parts(term)
-            df = sum(stats.doc_frequency(ns_code, key, rows, self._ns, self._alive, self._deaths) for key, rows, _ in parts)
+            df = sum(stats.doc_frequency(code, key, rows, self._ns, self._alive, self._deaths)
+                     for code in codes for key, rows, _ in parts)
             if df == 0:
                 continue
             idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
@@ -236,19 +239,23 @@ class TextIndex(Primer, InProcessIndex):
         bm25 = Bm25(self.k1, self.b, avgdl)
         coll_code = None if collection is None else self._codes.get("c:" + collection, -2)
         dl = np.frombuffer(self._dl, dtype=np.float32)
-        best, scores = compiled.best(lists, bm25, dl, self._eligible_rows(ns_code, coll_code, now.timestamp()), limit)
+        best, scores = compiled.best(lists, bm25, dl, self._eligible_rows(codes, coll_code, now.timestamp()), limit)
         return [(self._row_ids.get(i) or "", float(score)) for i, score in zip(best.tolist(), scores.tolist(), strict=True)]
 
-    def _eligible_rows(self, ns_code: int, coll_code: int | None, now: float) -> np.ndarray:
-        """Rows a search may return (live, in the namespace and collection, unexpired at ``now``),
+    def _eligible_rows(self, ns_codes: tuple[int, ...], coll_code: int | None, now: float) -> np.ndarray:
+        """Rows a search may return (live, in the partitions and collection, unexpired at ``now``),
         reused until a row changes or one of them expires."""
         def select() -> np.ndarray:
-            mask = (np.frombuffer(self._alive, dtype=np.int8) != 0) & (np.frombuffer(self._ns, dtype=np.int32) == ns_code)
+            ns = np.frombuffer(self._ns, dtype=np.int32)
+            in_partitions = ns == ns_codes[0]
+            for code in ns_codes[1:]:
+                in_partitions |= ns == code
+            mask = (np.frombuffer(self._alive, dtype=np.int8) != 0) & in_partitions
             if coll_code is not None:
                 mask &= np.frombuffer(self._coll, dtype=np.int32) == coll_code
             return mask
 
-        return self._eligible.get((ns_code, coll_code), self._version, now, np.frombuffer(self._live, dtype=np.float64),
+        return self._eligible.get((ns_codes, coll_code), self._version, now, np.frombuffer(self._live, dtype=np.float64),
                                   select).mask
 
     # --- snapshots -----------------------------------------------------------------------------
@@ -326,7 +333,7 @@ class TextIndex(Primer, InProcessIndex):
         """The BM25 ranking of the rows held now, without reading the change feed (a search
         catches up first, then scores)."""
         with self._lock:
-            return self._score(terms, namespace, collection, now, limit)
+            return self._score(terms, (namespace,), collection, now, limit)
 
     def posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
         """The term's whole posting list (rows, float32 tfs), copied: for brute-force references."""

@@ -342,27 +342,31 @@ def merge_embedder() -> AliasEmbedder:
 
 
 def test_update_merge_reindexes_new_content(merge_embedder) -> None:
-    """A dedup UPDATE replaces the content: new words match, words only in the old text no longer do."""
+    """A dedup UPDATE that elaborates keeps the old text as a superseded version (default
+    ``deduplication.update_mode``): the new words match the new version, and words only in the old
+    text no longer match anything current (the old version sits in the superseded partition)."""
     add_fillers()
     first = remember("Our auth service uses JWT with a 1h expiry")
     assert ids(ft("auth")) == [first.id]
     second = remember("Our authentication service uses JWT with a 1h expiry and rotating refresh tokens")
-    assert second.operation == "UPDATE"
-    assert second.id == first.id
-    assert ids(ft("refresh tokens")) == [first.id]
-    assert ids(ft("rotating")) == [first.id]
-    assert ft("auth") == []  # the old word is gone from the index
-    assert Memory.objects.filter(pk=first.id).count() == 1
-    assert len(ft("jwt expiry")) == 1
+    assert (second.operation, second.merged_with_id, second.superseded) == ("UPDATE", first.id, (first.id,))
+    assert ids(ft("refresh tokens")) == [second.id]
+    assert ids(ft("rotating")) == [second.id]
+    assert ft("auth") == []  # the old version's word is out of current search
+    assert str(Memory.objects.get(pk=first.id).superseded_by) == second.id
+    assert ids(ft("jwt expiry")) == [second.id]
+    assert ids(fulltext_hits("auth", namespace="global", collection=None, limit=5, now=timezone.now(),
+                             versions="superseded")) == [first.id]
 
 
 def test_update_with_new_tags_reindexes_tags(merge_embedder) -> None:
     first = remember("The billing service runs on Kubernetes", tags=["billing"])
     assert ft("payments") == []
     second = remember("The billing service runs on Kubernetes in eu-west", tags=["payments"])
-    assert second.operation == "UPDATE" and second.id == first.id
-    assert ids(ft("payments")) == [first.id]
-    assert ids(ft("west")) == [first.id]
+    assert (second.operation, second.merged_with_id) == ("UPDATE", first.id)
+    assert ids(ft("payments")) == [second.id]
+    assert ids(ft("billing")) == [second.id]  # the new version carries the union of the tags
+    assert ids(ft("west")) == [second.id]
 
 
 # --------------------------------------------------------------------------- both backends agree

@@ -277,5 +277,5 @@ def test_superseded_points_are_left_out_by_default_and_found_as_of(qdrant: Qdran
                                scope=TimeScope(as_of=datetime(2026, 2, 1, tzinfo=UTC)))
         assert [str(h.memory.id) for h in then] == [old], mode
     assert [h.memory_id for h in fulltext_hits("Paris canal", namespace="global", collection=None, limit=10,
-                                               now=timezone.now(), superseded=True)] == [old]
+                                               now=timezone.now(), versions="superseded")] == [old]
     assert _no_text_index()

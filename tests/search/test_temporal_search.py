@@ -110,13 +110,13 @@ def test_superseded_rows_live_in_their_own_partition(hash_embedder) -> None:
     now = datetime.now(UTC)
     current = {h.memory_id for h in fulltext.search("Alice lives", namespace="global", collection=None, now=now, limit=10)}
     older = {h.memory_id for h in fulltext.search("Alice lives", namespace="global", collection=None, now=now, limit=10,
-                                                  superseded=True)}
+                                                  versions="superseded")}
     assert (current, older) == ({chain.lisbon, chain.rome}, {chain.paris, chain.berlin})
     index = embedded.get_vector_index()
     assert index is not None
     vector = hash_embedder.embed_query("Alice lives")
     partition = {h.memory_id for h in index.search(vector, namespace="global", collection=None, limit=10, now=now,
-                                                   superseded=True)}
+                                                   versions="superseded")}
     assert partition == {chain.paris, chain.berlin}
 
 
@@ -156,6 +156,18 @@ def test_as_of_before_any_version_finds_nothing_of_the_chain(hash_embedder) -> N
     assert search(as_of="2026-01-04") == []  # Bob's memory is valid only from its creation (now)
     assert set(ids(search(as_of="2026-06-30", limit=50))) == {chain.lisbon}
     assert set(ids(search(as_of=stamp(datetime.now(UTC) + timedelta(minutes=1)), limit=50))) == {chain.lisbon, chain.rome}
+
+
+def test_as_of_scores_both_partitions_with_their_joint_statistics(hash_embedder) -> None:
+    """In a superseded partition every version of a chain shares its words (there "Alice" is in
+    every row, so its idf would be near 0): the version valid then must still beat a current
+    memory that matches fewer of the query's words."""
+    for i in range(12):
+        remember(f"Filler note {i}: the build server {i} reboots on Sundays")
+    bob = str(remember("Bob lives in Rome and cycles to work", valid_from=JAN).id)
+    chain = alice_chain()
+    found = search(as_of="2026-02-01", limit=5)
+    assert ids(found)[:2] == [chain.paris, bob]
 
 
 def test_as_of_marks_a_superseded_version_with_its_successor(hash_embedder) -> None:
