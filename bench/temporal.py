@@ -507,8 +507,8 @@ def _fmt(value: Any, spec: str = ".3f") -> str:
 def print_report(result: dict[str, Any]) -> None:
     print(f"\n== bench/temporal.py  seed {result['corpus']['seed']}  digest {result['corpus']['digest']}  "
           f"commit {result['machine']['product']}")
-    print(f"machine: {result['machine']['cpu']}, {result['machine']['nproc']}, python {result['machine']['python']}, "
-          f"{result['machine']['database']}")
+    print(f"machine: {result['machine']['cpu']}, {result['machine']['nproc']}, python_loop_3m_ms "
+          f"{result['machine']['python_loop_3m_ms']}, python {result['machine']['python']}, {result['machine']['database']}")
     c = result["corpus"]
     print(f"corpus: {c['facts']} facts in {c['chains']} chains ({c['chinese_chains']} Chinese), {c['notes']} notes, "
           f"{len(c['namespaces'])} namespaces, {c['late_facts']} facts arriving late; load average {result['load_start']} "
