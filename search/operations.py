@@ -23,17 +23,12 @@ AsOf = Annotated[datetime, Field(strict=False), BeforeValidator(end_of_day), Aft
     "that day, UTC; a time without a zone: UTC)", "examples": ["2026-03-01", "2026-03-01T12:00:00Z"]})]
 
 
-class TimeParams(Input):
-    """Which versions of facts a search answers with (search/temporal.py)."""
-
-    as_of: AsOf | None = None
-    include_history: bool = False
-
-    def scope(self) -> TimeScope:
-        return TimeScope(as_of=self.as_of, include_history=self.include_history)
+def _scope(params: RecallParams | SearchParams) -> TimeScope:
+    """Which versions of facts the search answers with (search/temporal.py)."""
+    return TimeScope(as_of=params.as_of, include_history=params.include_history)
 
 
-class RecallParams(TimeParams):
+class RecallParams(Input):
     query: Query
     namespace: Namespace | None = None
     collection: CollectionName | None = None
@@ -45,6 +40,8 @@ class RecallParams(TimeParams):
     gate: bool = False
     thread: ThreadId | None = None
     include_inactive: bool = False
+    as_of: AsOf | None = None
+    include_history: bool = False
 
 
 @operation("recall", RecallParams, title="Recall by meaning", output=SearchResults)
@@ -64,17 +61,19 @@ def recall(params: RecallParams, ctx: CallContext) -> dict[str, Any]:
         memory_type=params.type, tags=params.tags, limit=params.limit or defaults.recall_limit,
         min_score=defaults.min_score if params.min_score is None else params.min_score,
         gate=params.gate, thread=params.thread, with_context=params.with_context,
-        include_inactive=params.include_inactive, scope=params.scope(),
+        include_inactive=params.include_inactive, scope=_scope(params),
     )
 
 
-class SearchParams(TimeParams):
+class SearchParams(Input):
     query: Query
     namespace: Namespace | None = None
     collection: CollectionName | None = None
     mode: Literal["semantic", "fulltext", "hybrid"] = "hybrid"
     limit: int = Field(default=10, ge=1, le=50)
     with_context: int = WithContext
+    as_of: AsOf | None = None
+    include_history: bool = False
 
 
 @operation("search", SearchParams, title="Search memories", output=SearchResults)
@@ -88,7 +87,7 @@ def search(params: SearchParams, ctx: CallContext) -> dict[str, Any]:
     its older versions, newest first); a superseded fact never ranks above its successor."""
     return services.search_run(query=params.query, namespace=params.namespace or settings.BHGBRAIN.defaults.namespace,
                                collection=params.collection, mode=params.mode, limit=params.limit,
-                               with_context=params.with_context, scope=params.scope())
+                               with_context=params.with_context, scope=_scope(params))
 
 
 class InjectParams(Input):

@@ -31,7 +31,7 @@ from memories.embeddings import from_bytes, get_embedder
 from memories.indexes import hnsw, sketch, snapshots
 from memories.indexes.base import InProcessIndex
 from memories.indexes.eligible import Eligible
-from memories.indexes.partitions import Versions, partition_of, partitions
+from memories.indexes.partitions import Versions, partition_of, partitions, rows_in
 from memories.indexes.row_ids import RowIds, opened_ids
 from memories.indexes.vector_capture import VectorCapture
 from memories.indexes.vector_rows import VectorRows
@@ -235,9 +235,7 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
         rows = self._rows
 
         def select() -> np.ndarray:
-            mask = rows.ns[:top] == ns_codes[0]
-            for code in ns_codes[1:]:
-                mask |= rows.ns[:top] == code
+            mask = rows_in(rows.ns[:top], ns_codes)
             if coll_code is not None:
                 mask &= rows.coll[:top] == coll_code
             if facts_only:

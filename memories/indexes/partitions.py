@@ -12,6 +12,8 @@ from __future__ import annotations
 import uuid
 from typing import Literal
 
+import numpy as np
+
 SUPERSEDED_SUFFIX = "#superseded"
 # Which versions a search reads: the current facts (the default), the superseded ones, or both
 # (``as_of`` and ``include_history``: both partitions in one pass, with their joint statistics).
@@ -28,6 +30,14 @@ def partitions(namespace: str, versions: Versions) -> tuple[str, ...]:
     if versions == "all":
         return namespace, namespace + SUPERSEDED_SUFFIX
     return (partition(namespace, versions == "superseded"),)
+
+
+def rows_in(codes: np.ndarray, wanted: tuple[int, ...]) -> np.ndarray:
+    """A mask of the rows whose partition code (``codes``, one a row) is one of ``wanted``."""
+    mask = codes == wanted[0]
+    for code in wanted[1:]:
+        mask |= codes == code
+    return mask
 
 
 def partition_of(namespace: str, superseded_by: uuid.UUID | str | None) -> str:

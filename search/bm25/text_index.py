@@ -38,7 +38,7 @@ from memories.analyzer import ANALYZER_VERSION
 from memories.indexes import snapshots
 from memories.indexes.base import InProcessIndex
 from memories.indexes.feed import raw_datetime, raw_uuid
-from memories.indexes.partitions import Versions, partition_of, partitions
+from memories.indexes.partitions import Versions, partition_of, partitions, rows_in
 from memories.indexes.row_ids import RowIds, id_order, opened_ids, rebase_ids
 from memories.indexes.vectors import until_of
 from search.bm25 import compiled
@@ -163,8 +163,7 @@ class TextIndex(Primer, InProcessIndex):
         if row is not None and self._alive[row]:
             self._eligible.set_expiry(self._live, row, until)
 
-    def _ingest(self, rows: list[tuple]) -> None:
-        """Rows as ``_typed`` returns them; a superseded one goes to its namespace's superseded partition."""
+    def _ingest(self, rows: list[tuple]) -> None:  # a superseded row goes to its namespace's superseded partition
         for memory_id, content, tags, context, namespace, collection, decay, expires, successor in rows:
             self._add(memory_id, content, tags, context or "", partition_of(namespace, successor), collection,
                       until_of(decay, expires))
@@ -204,8 +203,7 @@ class TextIndex(Primer, InProcessIndex):
 
     def search(self, terms: list[str], *, namespace: str, collection: str | None, now: datetime, limit: int,
                versions: Versions = "current") -> list[tuple[str, float]]:
-        """The best ``limit`` rows of the namespace's current facts; ``versions``: of its superseded
-        ones, or of both partitions together (scored with their joint statistics)."""
+        """The best ``limit`` rows of the namespace's current facts, superseded ones, or both (``versions``)."""
         with self._lock:
             with self._discarded_on_failure():
                 self._follow_feed()
@@ -217,11 +215,9 @@ class TextIndex(Primer, InProcessIndex):
         """BM25 with the statistics of these partitions (a namespace's current facts, its superseded
         ones, or both; kept as rows change, not recounted per query), the top ``limit`` found by
         MaxScore (search/bm25/topk.py)."""
-        codes = tuple(code for code in (self._codes.get("n:" + name) for name in namespaces)
-                      if code is not None and self._ns_docs.get(code, [0])[0] > 0)
+        codes, docs = _partition_totals(self._codes, self._ns_docs, namespaces)
         if not codes:
             return []
-        docs = [sum(self._ns_docs[code][i] for code in codes) for i in (0, 1)]
         n_docs, avgdl = int(docs[0]), avgdl_of(docs)
         stats, lists = self._stats, []
         for term in terms:
@@ -246,11 +242,7 @@ class TextIndex(Primer, InProcessIndex):
         """Rows a search may return (live, in the partitions and collection, unexpired at ``now``),
         reused until a row changes or one of them expires."""
         def select() -> np.ndarray:
-            ns = np.frombuffer(self._ns, dtype=np.int32)
-            in_partitions = ns == ns_codes[0]
-            for code in ns_codes[1:]:
-                in_partitions |= ns == code
-            mask = (np.frombuffer(self._alive, dtype=np.int8) != 0) & in_partitions
+            mask = (np.frombuffer(self._alive, dtype=np.int8) != 0) & rows_in(np.frombuffer(self._ns, dtype=np.int32), ns_codes)
             if coll_code is not None:
                 mask &= np.frombuffer(self._coll, dtype=np.int32) == coll_code
             return mask
@@ -377,6 +369,13 @@ class TextIndex(Primer, InProcessIndex):
     def postings(self) -> Postings:
         """The posting lists (in RAM, and mapped from a snapshot), for tests to read."""
         return self._postings
+
+
+def _partition_totals(codes: dict[str, int], ns_docs: dict[int, list[float]],
+                      names: tuple[str, ...]) -> tuple[tuple[int, ...], list[float]]:
+    """The codes of the named partitions that hold live rows, and their rows and total length together."""
+    found = tuple(code for code in (codes.get("n:" + name) for name in names) if code is not None and ns_docs.get(code, [0])[0] > 0)
+    return found, [sum(ns_docs[code][i] for code in found) for i in (0, 1)]
 
 
 def _namespace_totals(alive_flags: array, ns_codes: array, lengths: array) -> dict[int, list[float]]:
