@@ -8,7 +8,9 @@ merge loses data while a false add only keeps a near-duplicate. The guard theref
 compares the two texts word by word (stemmed, stopwords and punctuation ignored) and
 never lets a merge drop a word: a substitution on both sides is a different fact (ADD),
 a new text that only adds words elaborates the old one (UPDATE), a new text whose words
-the old one already holds changes nothing (NOOP).
+the old one already holds changes nothing (NOOP), unless a negation is what it adds or drops:
+then it turns the old fact around (UPDATE). A negation or an order in time ("before" / "after")
+counts as a word although a stopword (POLARITY).
 """
 from __future__ import annotations
 
@@ -50,6 +52,11 @@ STOPWORDS = {
     "now", "then", "there", "here", "so", "not", "no", "also", "just", "about", "into",
     "than", "which", "who", "whom", "what", "when", "where", "how", "per", "via",
 }
+# Stopwords that carry the fact: a negation or an order in time turns it around ("Run the
+# migrations before deploying" / "... after deploying"; "We use Redis" / "We do not use Redis"),
+# so the guard compares them like content words (bench/dedup_update_mode.py; decision 0018).
+NEGATIONS = frozenset({"not", "no", "never", "nor", "without"})
+POLARITY = NEGATIONS | {"before", "after"}
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ def _profile(text: str) -> _Profile:
                 numbers.add(NUMBER_WORDS[lower])
             continue
         letters = "".join(p for p in parts if not p.isdigit())
-        if lower in STOPWORDS or len(letters) < 2:
+        if (lower in STOPWORDS and lower not in POLARITY) or len(letters) < 2:
             continue
         # identifiers keep their digits (RS256 ≠ HS256); plain words are stemmed
         words.add(lower if len(parts) > 1 and letters != lower else stem(lower))
@@ -127,6 +134,7 @@ class Relation(StrEnum):
     ELABORATES = "elaborates"  # the new text says everything the old one did, and more
     SUBSUMED = "subsumed"  # the old text already says everything the new one does
     CONFLICT = "conflict"  # a word, name or number was swapped: a different fact
+    REVERSES = "reverses"  # a negation or time-order word added or dropped: the same fact turned around
 
 
 def compare(old: str, new: str) -> Relation:
@@ -140,6 +148,8 @@ def compare(old: str, new: str) -> Relation:
         return Relation.CONFLICT
     if _roles_swapped(po.entities, pn.entities):
         return Relation.CONFLICT
+    if (only_old | only_new) & NEGATIONS:
+        return Relation.REVERSES
     if only_new:
         return Relation.ELABORATES
     if only_old:
@@ -207,7 +217,7 @@ def semantic_match(vector: np.ndarray, embedder: Embedder, content: str, *, name
         if relation is Relation.CONFLICT:
             continue
         noop = tier_thresholds(candidate.retention_tier, base).noop
-        if relation is Relation.ELABORATES or (relation is Relation.SAME and similarity < noop):
+        if relation in (Relation.ELABORATES, Relation.REVERSES) or (relation is Relation.SAME and similarity < noop):
             return candidate, Operation.UPDATE
         return candidate, Operation.NOOP
     return None

@@ -13,6 +13,7 @@ from django.utils.dateparse import parse_datetime
 from bhgbrain_site.core.contracts import (
     COLLECTION_MAX,
     EVENT_STATUSES,
+    FACT_KEY_MAX,
     MAX_TAGS,
     MESSAGE_ID_MAX,
     NAMESPACE_MAX,
@@ -95,6 +96,18 @@ def conversation(get: Callable[[str], Any]) -> dict[str, Any]:
         "event_at": when(get("event_at")), "valid_until": when(get("valid_until")),
         "status": get("status") if get("status") in EVENT_STATUSES else None,
     }
+
+
+def validity(get: Callable[[str], Any]) -> dict[str, Any]:
+    """A memory's place in time from foreign data (memories/temporal): ``valid_from``,
+    ``superseded_by`` (a UUID, else none) and ``fact_key`` (normalised; too long or blank: none)."""
+    successor, key = get("superseded_by"), " ".join(str(get("fact_key") or "").split()).casefold()
+    try:
+        superseded_by = uuid.UUID(str(successor)) if successor else None
+    except ValueError:
+        superseded_by = None
+    return {"valid_from": when(get("valid_from")), "superseded_by": superseded_by,
+            "fact_key": key if 0 < len(key) <= FACT_KEY_MAX else None}
 
 
 def namespace(value: Any) -> str:

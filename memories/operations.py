@@ -84,9 +84,12 @@ class RememberParams(_MessageFields):
     collection: CollectionName | None = None
     thread: ThreadId | None = None
     # a fact's place in time (memories/temporal)
-    valid_from: Timestamp | None = None  # from when it holds (default: occurred_at, else now)
-    key: FactKey | None = None  # its slot ("alice/home-city"): the newest version of a key is current
-    supersedes: MemoryId | list[MemoryId] | None = Field(default=None, max_length=SUPERSEDES_MAX)
+    valid_from: Timestamp | None = Field(
+        default=None, description="ISO 8601: since when the fact holds (default: occurred_at, else now)")
+    key: FactKey | None = Field(
+        default=None, description='the fact\'s slot, e.g. "alice/home-city": the version with the latest valid_from is current')
+    supersedes: MemoryId | Annotated[list[MemoryId], Field(max_length=SUPERSEDES_MAX)] | None = Field(
+        default=None, description="the id (or ids) of memories this one replaces; they stay, superseded")
 
     @model_validator(mode="after")
     def _message_fields_need_a_thread(self) -> RememberParams:

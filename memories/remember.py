@@ -44,6 +44,7 @@ from memories.dedup import Relation, compare, semantic_match
 from memories.embeddings import Embedder, get_embedder, to_bytes
 from memories.models import Collection, Memory, MemoryRevision, Operation
 from memories.pipeline import normalize, tiers
+from memories.quotas.admission import lock_namespace
 from memories.selectors import iso
 from memories.temporal import chains
 from memories.temporal.keys import normalise_key
@@ -180,6 +181,22 @@ def _live_duplicate(namespace: str, checksum: str) -> Memory | None:
     return next(iter(rows.defer("embedding")[:1]), None)
 
 
+def _known_version(prep: Prepared) -> Memory | None:
+    """A superseded version that says what this write says, when the write cannot mean to bring it
+    back: without key, supersedes or valid_from the same text again is a retry (NOOP, as before
+    facts had versions; to bring an old fact back, name what it replaces or its key); with a key
+    and a start, the same text at the same start of that key is that version again."""
+    data = prep.data
+    rows = Memory.objects.filter(namespace=data.namespace, checksum=prep.checksum, archived=False,
+                                 thread__isnull=True, superseded_by__isnull=False).defer("embedding")
+    if not _links(data) and data.valid_from is None:
+        return rows.order_by("-created_at").first()
+    start = data.valid_from or data.occurred_at
+    if data.key and not data.supersedes and start is not None:
+        return rows.filter(fact_key=data.key, valid_from=start).first()
+    return None
+
+
 def _wants_tier_change(prep: Prepared, memory: Memory) -> bool:
     """An explicit tier that differs turns a duplicate into an UPDATE (the seed's manual promotion)."""
     return bool(prep.data.retention_tier) and prep.data.retention_tier != memory.retention_tier
@@ -286,7 +303,7 @@ def _insert(prep: Prepared, actor: str, now: datetime, dedup_target: Memory | No
         closed += chains.place_by_key(memory, write, actor=actor, at=now, reason="dedup" if same_slot else "key")
     else:
         write()
-    if dedup_target is not None and dedup_target.id not in closed:
+    if dedup_target is not None and dedup_target.id not in closed and memory.superseded_by is None:
         closed += chains.supersede_loaded([dedup_target.id], memory, actor=actor, reason="dedup", at=now)
     if prep.data.supersedes:
         closed += chains.supersede_loaded(prep.data.supersedes, memory, actor=actor, reason="explicit", at=now)
@@ -392,6 +409,9 @@ def _write(prep: Prepared, duplicate: Memory | None, actor: str) -> RememberResu
     if match and match[1] == Operation.NOOP and not _wants_tier_change(prep, match[0]) and not _links(prep.data):
         return result(match[0], Operation.NOOP)
     with transaction.atomic():
+        if _links(prep.data) or (match and match[1] == Operation.UPDATE):
+            # a chain may change: the namespace's lock before any row lock, the order every chain writer keeps
+            lock_namespace(prep.data.namespace)
         duplicate = _live_duplicate(prep.data.namespace, prep.checksum)
         if duplicate is not None and not _wants_tier_change(prep, duplicate):
             return _restated(duplicate, prep, actor, now)
@@ -430,9 +450,13 @@ def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
         if not _links(prep.data):
             return result(existing, Operation.NOOP)  # before any embedding work
         with transaction.atomic():
+            lock_namespace(data.namespace)  # before the row lock (memories/temporal/chains.py)
             locked = Memory.objects.select_for_update().filter(pk=existing.pk).first()
             if locked is not None:
                 return _restated(locked, prep, actor, timezone.now())
+    known = _known_version(prep) if existing is None else None
+    if known is not None:
+        return result(known, Operation.NOOP)
     vector, embedder = embed_or_degrade(prep.content)
     prep = dataclasses.replace(prep, vector=vector, embedder=embedder)
     ensure_collection(data.namespace, data.collection, embedder if vector is not None else None)

@@ -13,8 +13,10 @@ from bhgbrain_site.core.errors import Conflict, EmbeddingUnavailable, InvalidInp
 from memories import conversations, funnel
 from memories.embeddings import get_embedder, to_bytes
 from memories.models import Collection, Memory
+from memories.quotas.admission import lock_namespace
 from memories.remember import ensure_collection
 from memories.selectors import parse_memory_id
+from memories.temporal import chains
 
 logger = logging.getLogger("bhgbrain.memories")
 
@@ -29,12 +31,23 @@ def live_memory(memory_id: str, namespace: str | None) -> Memory:
     return memory
 
 
+def _namespace_of(memory_id: str) -> str:
+    """The namespace of a memory, read without a lock ("" when there is none)."""
+    found = Memory.objects.filter(pk=parse_memory_id(memory_id)).values_list("namespace", flat=True).first()
+    return found or ""
+
+
 def memory_forget(*, memory_id: str, namespace: str | None, actor: str) -> dict[str, Any]:
     """Permanently delete one live memory (scoped to ``namespace`` when given)."""
     with transaction.atomic():
+        lock_scope = namespace or _namespace_of(memory_id)
+        if lock_scope:  # before the row lock (memories/temporal/chains.py); no memory, nothing to lock
+            lock_namespace(lock_scope)
         memory = live_memory(memory_id, namespace)
+        now = timezone.now()
         audit = funnel.Audit("FORGET", actor, {"summary": memory.summary, "tier": memory.retention_tier})
-        funnel.delete_memories([memory], audit=lambda _m: audit, at=timezone.now())
+        funnel.delete_memories([memory], audit=lambda _m: audit, at=now)
+        chains.unlink(memory, actor=actor, at=now)  # its predecessors lead to its successor, or are current again
     return {"deleted": True, "id": str(memory.id)}
 
 

@@ -87,7 +87,7 @@ def memory_from_point(point: StoredPoint, model_id: str, dimensions: int) -> Mem
         embedding=to_bytes(np.asarray(point.vector, dtype=np.float32)) if synced else None,
         embedding_model=model_id if synced else "", vector_synced=synced,
         created_at=incoming.when(payload.get("created_at")) or now, updated_at=now,
-        **incoming.conversation(payload.get),
+        **incoming.conversation(payload.get), **incoming.validity(payload.get),
     )
 
 

@@ -1,6 +1,10 @@
 """Chains of versions: a fact superseded by a newer one keeps its row, its validity ends where
 its successor's begins (``valid_until``) and it points at that successor (``superseded_by``).
 
+Locks: a writer that may change a chain takes its namespace's lock (memories.quotas.admission:
+an advisory lock on PostgreSQL; SQLite serialises writers) before it locks any memory row, so two
+chain writers never wait on each other crosswise.
+
 Three ways lead here, all through the write funnel (a feed row for the indexes, an audit row
 SUPERSEDE with ``{"successor", "reason"}``): an explicit :func:`supersede` (reason "explicit"),
 a fact key shared by the versions (reason "key": :func:`place_by_key`), and a dedup update that
@@ -72,7 +76,7 @@ def _successors(start: Memory) -> set[uuid.UUID]:
 def _locked(ids: Sequence[uuid.UUID], namespace: str) -> list[Memory]:
     """The live memories of ``namespace`` with these ids, locked; NOT_FOUND for any other id (an
     id of another namespace is not found, as everywhere a token is scoped)."""
-    rows = {m.id: m for m in Memory.objects.select_for_update().defer("embedding")
+    rows = {m.id: m for m in Memory.objects.select_for_update().defer("embedding").order_by("pk")
             .filter(pk__in=ids, namespace=namespace, archived=False)}
     missing = [str(i) for i in ids if i not in rows]
     if missing:
@@ -82,10 +86,11 @@ def _locked(ids: Sequence[uuid.UUID], namespace: str) -> list[Memory]:
 
 def supersede_loaded(older_ids: Sequence[uuid.UUID | str], newer: Memory, *, actor: str, reason: str,
                      at: datetime) -> list[uuid.UUID]:
-    """:func:`supersede` inside a transaction that already holds ``newer`` (saved) and its
+    """:func:`supersede` inside a transaction that holds ``newer`` (saved); takes its
     namespace's lock. Returns the ids this call closed (one already superseded by ``newer`` is
     left as it is; one superseded by another memory is a CONFLICT: supersede its current version)."""
     ids = _parse_ids(older_ids)
+    lock_namespace(newer.namespace)  # held already by a keyed write; the same lock again is free
     if newer.id in ids:
         raise InvalidInput(f"supersedes: memory {newer.id} cannot supersede itself", field="supersedes")
     rows = _locked(ids, newer.namespace)
@@ -126,11 +131,41 @@ def supersede(*, older: Sequence[uuid.UUID], newer: uuid.UUID, actor: str, reaso
     if reason not in REASONS:
         raise InvalidInput(f"reason: one of {', '.join(REASONS)}", field="reason")
     with transaction.atomic():
+        namespace = Memory.objects.filter(pk=newer, archived=False).values_list("namespace", flat=True).first()
+        if namespace is None:
+            raise NotFound(f"Memory {newer} not found")
+        lock_namespace(namespace)  # before any row lock: the order every chain writer keeps (no deadlock)
         successor = Memory.objects.select_for_update().defer("embedding").filter(pk=newer, archived=False).first()
         if successor is None:
             raise NotFound(f"Memory {newer} not found")
-        lock_namespace(successor.namespace)
         return supersede_loaded(older, successor, actor=actor, reason=reason, at=timezone.now())
+
+
+def unlink(memory: Memory, *, actor: str, at: datetime) -> list[uuid.UUID]:
+    """Close the gap ``memory`` (just deleted, in this transaction) leaves in its chain: the versions it superseded
+    now lead to its successor, and their validity runs to the successor's start; when it was
+    current, the latest of them is current again (one per key: an earlier one of the same key
+    leads to it). Returns the ids changed."""
+    predecessors = sorted(Memory.objects.select_for_update().defer("embedding").order_by("pk")
+                          .filter(superseded_by=memory.id, namespace=memory.namespace, archived=False), key=_order)
+    successor = (Memory.objects.defer("embedding").filter(pk=memory.superseded_by).first()
+                 if memory.superseded_by else None)
+    reopened: dict[str | None, Memory] = {}
+    for row in reversed(predecessors):
+        leader = successor if successor is not None else reopened.get(row.fact_key) if row.fact_key else None
+        closed_by_it = row.valid_until == max(valid_start(memory), valid_start(row))
+        if leader is None:
+            row.superseded_by, row.valid_until = None, None if closed_by_it else row.valid_until
+            if row.fact_key:
+                reopened[row.fact_key] = row
+        else:
+            row.superseded_by = leader.id
+            if closed_by_it:
+                row.valid_until = max(valid_start(leader), valid_start(row))
+        audit = funnel.Audit("RELINK", actor, {"removed": str(memory.id), "successor": str(row.superseded_by)
+                                               if row.superseded_by else None})
+        funnel.save_memory(row, audit=audit, at=at, fields=CLOSED_FIELDS)
+    return [row.id for row in predecessors]
 
 
 # --------------------------------------------------------------------------- fact keys
@@ -150,7 +185,7 @@ def key_placement(memory: Memory) -> Placement:
     key, by validity start; on a tie the later arrival comes after. Takes the namespace's lock
     (held to the commit), so two writers of one key are placed one after the other."""
     lock_namespace(memory.namespace)
-    versions = [v for v in Memory.objects.select_for_update().defer("embedding")
+    versions = [v for v in Memory.objects.select_for_update().defer("embedding").order_by("pk")  # id order, as access tracking locks
                 .filter(namespace=memory.namespace, fact_key=memory.fact_key, archived=False) if v.id != memory.id]
     start = valid_start(memory)
     earlier = [v for v in versions if valid_start(v) <= start]

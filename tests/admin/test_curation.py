@@ -321,7 +321,8 @@ def test_confirm_review_and_keep_as_list_actions(root, pair) -> None:
 
 
 @pytest.fixture
-def merged(e5) -> str:
+def merged(e5, bhg_config) -> str:
+    bhg_config.deduplication.update_mode = "in_place"  # under the default an elaboration is a new version
     first = remember("The mobile release ships on Monday", namespace="alice", tags=["mobile"])
     again = remember("The mobile release ships on Monday at noon", namespace="alice", tags=["release"])
     assert (again.operation, again.id) == ("UPDATE", first.id)

@@ -499,6 +499,12 @@ def test_stale_tab_keep_and_archive(page: Page, live_server, curator: User, hash
 # --------------------------------------------------------------------------- merges
 
 
+@pytest.fixture
+def _merges_in_place(bhg_config) -> None:  # noqa: ANN001
+    """Dedup merges revised in place (under the default update_mode an elaboration is a new version)."""
+    bhg_config.deduplication.update_mode = "in_place"
+
+
 def merge(first: str, elaborated: str, namespace: str, **fields: Any) -> str:
     """Remember ``first``, then ``elaborated``, which dedup merges into it: the memory's id."""
     original = remember(first, namespace=namespace, **fields)
@@ -507,6 +513,7 @@ def merge(first: str, elaborated: str, namespace: str, **fields: Any) -> str:
     return original.id
 
 
+@pytest.mark.usefixtures("_merges_in_place")
 def test_merges_page_shows_the_diff_and_undo_restores(page: Page, live_server, curator: User, e5,
                                                       screenshot: Screenshot) -> None:
     merged = merge("The mobile release ships on Monday", "The mobile release ships on Monday at noon", "alice",
@@ -625,7 +632,7 @@ def charlie() -> User:
 
 
 @pytest.fixture
-def alice_and_bob(e5) -> dict[str, dict[str, str]]:
+def alice_and_bob(e5, _merges_in_place: None) -> dict[str, dict[str, str]]:
     """The same curation work in alice and in bob: a T1 memory due for review, a stale one, a
     dedup merge, and a plain fact the word "release" finds; and one archived memory each."""
     def seed(namespace: str, owner: str, day: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,10 +19,20 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from tests.live_server import LiveServer, server_env
+from tests.live_server import LiveServer, fresh_postgres, server_env
 
 NS = {"namespace": "mcp-time"}
 KEY = "alice/home-city"
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[dict[str, str]]:
+    """The servers' store: their own SQLite, or a fresh PostgreSQL database when the suite runs on it."""
+    if not os.environ.get("DATABASE_URL"):
+        yield {}
+        return
+    with fresh_postgres("bhgbrain_history") as url:
+        yield {"DATABASE_URL": url}
 
 
 def _run(factory: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
@@ -78,11 +89,11 @@ async def _history_session(session: ClientSession) -> dict[str, Any]:
     return seen
 
 
-def test_a_stdio_session_records_and_reads_a_facts_history(tmp_path: Path) -> None:
+def test_a_stdio_session_records_and_reads_a_facts_history(tmp_path: Path, backend: dict[str, str]) -> None:
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "bhgbrain_site.cli.main", f"--config={tmp_path / 'config.json'}", "server", "start", "--stdio"],
-        env=server_env(), cwd=str(Path(__file__).resolve().parents[2]),
+        env=server_env(backend), cwd=str(Path(__file__).resolve().parents[2]),
     )
 
     async def session() -> dict[str, Any]:
@@ -118,22 +129,22 @@ def test_a_stdio_session_records_and_reads_a_facts_history(tmp_path: Path) -> No
 # --------------------------------------------------------------------------- scoped tokens
 
 
-def _token(live: LiveServer, namespace: str) -> str:
+def _token(live: LiveServer, namespace: str, backend: dict[str, str]) -> str:
     proc = subprocess.run(
         [sys.executable, "-m", "bhgbrain_site.cli.main", f"--config={live.config_path}", "token", "create",
          "--namespace", namespace, "--name", namespace],
-        capture_output=True, text=True, env=server_env(), timeout=60,
+        capture_output=True, text=True, env=server_env(backend), timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
 
 @pytest.fixture(scope="module")
-def scoped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
-    live = LiveServer(home=tmp_path_factory.mktemp("mcp-time"), env={"BHGBRAIN_TOKEN": "master-token-value"})
+def scoped(tmp_path_factory: pytest.TempPathFactory, backend: dict[str, str]) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+    live = LiveServer(home=tmp_path_factory.mktemp("mcp-time"), env={"BHGBRAIN_TOKEN": "master-token-value", **backend})
     live.home.mkdir(parents=True, exist_ok=True)
     live.config_path.write_text(json.dumps(live.config))
-    tokens = {"alice": _token(live, "alice"), "bob": _token(live, "bob")}
+    tokens = {"alice": _token(live, "alice", backend), "bob": _token(live, "bob", backend)}
     live.start()
     yield live, tokens
     live.stop()
@@ -188,3 +199,24 @@ def test_a_scoped_token_never_reads_or_closes_another_namespaces_chain(scoped) -
     history = _as(live, tokens["alice"], lambda s: _read(s, f"memory://{alice['first']}/history"))
     assert [v["id"] for v in history["versions"]] == [alice["first"], alice["second"]]
     assert history["current_id"] == alice["second"]
+
+
+def test_tool_and_resource_endpoints_take_the_same_arguments(scoped) -> None:  # noqa: ANN001
+    import httpx
+
+    live, tokens = scoped
+    master = {"Authorization": "Bearer master-token-value"}
+    body = {"content": "The carol team's standup is at 9:15", "key": "carol/standup", "valid_from": "2026-02-01",
+            "namespace": "carol"}
+    first = httpx.post(f"{live.url}/tool/remember", json=body, headers=master, timeout=30).json()
+    later = httpx.post(f"{live.url}/tool/remember", json={**body, "content": "The carol team's standup moved to 9:45",
+                                                          "valid_from": "2026-05-01"}, headers=master, timeout=30).json()
+    assert later["superseded"] == [first["id"]] and later["key"] == "carol/standup"
+    history = httpx.get(f"{live.url}/resource", params={"uri": f"memory://{first['id']}/history?namespace=carol"},
+                        headers=master, timeout=30).json()
+    assert [v["id"] for v in history["versions"]] == [first["id"], later["id"]]
+    bad = httpx.post(f"{live.url}/tool/remember", json={**body, "valid_from": "tomorrow-ish"}, headers=master, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_INPUT"
+    foreign = httpx.get(f"{live.url}/resource", params={"uri": f"memory://{first['id']}/history"},
+                        headers={"Authorization": f"Bearer {tokens['bob']}"}, timeout=30)
+    assert foreign.json()["error"]["code"] == "NOT_FOUND" and "9:15" not in foreign.text

@@ -22,6 +22,12 @@ from memories.dedup import Relation, compare, tier_thresholds
         ("Our auth service uses JWT with 1h expiry", "Our authentication service uses JWTs that expire after one hour",
          Relation.ELABORATES),
         ("X ships on Monday, according to Tariq", "X ships on Monday", Relation.SUBSUMED),
+        # a negation or an order in time is part of the fact, though a stopword
+        ("Run the migrations before deploying", "Run the migrations after deploying", Relation.CONFLICT),
+        ("Feature flags are cleaned up after each release", "Feature flags are cleaned up before each release",
+         Relation.CONFLICT),
+        ("We use Redis for caching", "We do not use Redis for caching", Relation.REVERSES),
+        ("The VPN is no longer required for staging", "The VPN is required for staging", Relation.REVERSES),
     ],
 )
 def test_compare(old: str, new: str, relation: Relation) -> None:

@@ -251,3 +251,100 @@ def test_concurrent_versions_of_one_key_make_one_chain(hash_embedder) -> None:
     assert [m.valid_from.month for m in chain] == sorted(months)
     for older, newer in itertools.pairwise(chain):
         assert (older.superseded_by, older.valid_until) == (newer.id, newer.valid_from)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_repair_from_a_shared_qdrant_restores_a_chain(qdrant) -> None:  # noqa: ANN001
+    from memories.interop.repair import repair_from_index
+
+    paris = remember("Alice lives in Paris", key=KEY, valid_from=JAN)
+    berlin = remember("Alice lives in Berlin", key=KEY, valid_from=MAR)
+    Memory.objects.all().delete()
+    assert repair_from_index(dry_run=False, device_id=None, actor="test").recovered == 2
+    assert _chain_ids(berlin.id) == [paris.id, berlin.id]
+    restored = _row(paris.id)
+    assert (str(restored.superseded_by), restored.valid_from, restored.valid_until, restored.fact_key) == (
+        berlin.id, JAN, MAR, KEY)
+
+
+# --------------------------------------------------------------------------- forgetting a version
+
+
+def test_forgetting_the_current_version_makes_the_previous_one_current(hash_embedder) -> None:
+    from memories.services import memory_forget
+
+    paris = remember("Alice lives in Paris", key=KEY, valid_from=JAN)
+    berlin = remember("Alice moved to Berlin", key=KEY, valid_from=MAR)  # a mistake
+    memory_forget(memory_id=berlin.id, namespace="global", actor="test")
+    back = _row(paris.id)
+    assert (back.superseded_by, back.valid_until) == (None, None)
+    assert AuditLog.objects.filter(operation="RELINK", memory_id=paris.id).exists()
+    rome = remember("Alice moved to Rome", key=KEY, valid_from=APR)
+    assert rome.superseded == (paris.id,)
+
+
+def test_forgetting_a_middle_version_links_its_neighbours(hash_embedder) -> None:
+    from memories.services import memory_forget
+
+    paris = remember("Alice lives in Paris", key=KEY, valid_from=JAN)
+    lyon = remember("Alice lives in Lyon", key=KEY, valid_from=FEB)
+    berlin = remember("Alice lives in Berlin", key=KEY, valid_from=APR)
+    memory_forget(memory_id=lyon.id, namespace="global", actor="test")
+    assert (str(_row(paris.id).superseded_by), _row(paris.id).valid_until) == (berlin.id, APR)
+    assert _chain_ids(berlin.id) == [paris.id, berlin.id]
+
+
+def test_a_backdated_dedup_version_of_a_keyed_fact_goes_into_the_history(e5) -> None:
+    first = remember("The mobile release ships on Monday", key="mobile/release-day", valid_from=MAR)
+    older = remember("The mobile release ships on Monday at noon", valid_from=JAN)
+    assert (older.operation, older.key, older.superseded_by) == ("UPDATE", "mobile/release-day", first.id)
+    assert _row(first.id).superseded_by is None
+    assert _chain_ids(first.id) == [older.id, first.id]
+
+
+# --------------------------------------------------------------------------- retries
+
+
+def test_the_text_of_a_superseded_fact_again_is_a_noop_unless_it_names_its_place(hash_embedder) -> None:
+    kong = remember("The API gateway is Kong", valid_from=JAN)
+    envoy = remember("The API gateway is Envoy", valid_from=MAR, supersedes=(kong.id,))
+    retry = remember("The API gateway is Kong")  # an old request sent again: nothing new
+    assert (retry.operation, retry.id, retry.as_dict()["current"], retry.superseded_by) == ("NOOP", kong.id, False, envoy.id)
+    back = remember("The API gateway is Kong", supersedes=(envoy.id,))  # brought back on purpose
+    assert back.operation == "ADD" and back.id != kong.id and back.superseded == (envoy.id,)
+
+
+def test_a_keyed_version_sent_again_is_a_noop(hash_embedder) -> None:
+    paris = remember("Alice lives in Paris", key=KEY, valid_from=JAN)
+    berlin = remember("Alice lives in Berlin", key=KEY, valid_from=MAR)
+    again = remember("Alice lives in Paris", key=KEY, valid_from=JAN)
+    assert (again.operation, again.id) == ("NOOP", paris.id)
+    assert _chain_ids(berlin.id) == [paris.id, berlin.id]
+
+
+def _forget_in_thread(barrier: threading.Barrier, memory_id: str) -> str:
+    from memories.services import memory_forget
+
+    try:
+        barrier.wait(timeout=30)
+        memory_forget(memory_id=memory_id, namespace="global", actor="test")
+        return "forgotten"
+    finally:
+        connections.close_all()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_writers_and_forgetters_of_one_chain_at_once_leave_it_whole(hash_embedder) -> None:
+    stored = [remember(f"Alice lives in town {m}", key=KEY, valid_from=datetime(2026, m, 1, tzinfo=UTC)).id
+              for m in (2, 4, 6, 8)]
+    barrier = threading.Barrier(6)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        writes = [pool.submit(_keyed_in_thread, barrier, m) for m in (1, 5, 9)]
+        forgets = [pool.submit(_forget_in_thread, barrier, memory_id) for memory_id in (stored[1], stored[3], stored[0])]
+        results = [f.result(timeout=60) for f in writes + forgets]  # a deadlock or a constraint error raises here
+    assert results[3:] == ["forgotten"] * 3
+    chain = fact_chain(uuid.UUID(results[2]), namespaces=None)
+    assert [m.valid_from.month for m in chain] == [1, 5, 6, 9]
+    assert [m.superseded_by is None for m in chain] == [False, False, False, True]
+    for older, newer in itertools.pairwise(chain):
+        assert (older.superseded_by, older.valid_until) == (newer.id, newer.valid_from)

@@ -3,21 +3,36 @@ operator runs them: the console script on its own store."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.live_server import server_env
+import pytest
+
+from tests.live_server import fresh_postgres, server_env
 
 
-def test_remember_and_history_commands(tmp_path: Path) -> None:
+@pytest.fixture
+def backend() -> Iterator[dict[str, str]]:
+    """The CLI's store: its own SQLite, or a fresh PostgreSQL database when the suite runs on it."""
+    if not os.environ.get("DATABASE_URL"):
+        yield {}
+        return
+    with fresh_postgres("bhgbrain_history_cli") as url:
+        yield {"DATABASE_URL": url}
+
+
+def test_remember_and_history_commands(tmp_path: Path, backend: dict[str, str]) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"data_dir": str(tmp_path), "embedding": {"provider": "none"}}))
     bhgbrain = [str(Path(sys.executable).parent / "bhgbrain"), "--config", str(config)]
 
     def run(*args: str, expect: int = 0) -> Any:
-        proc = subprocess.run([*bhgbrain, *args], capture_output=True, text=True, env=server_env(), timeout=120)
+        proc = subprocess.run([*bhgbrain, *args], capture_output=True, text=True, env=server_env(backend),
+                              timeout=120)
         assert proc.returncode == expect, proc.stdout + proc.stderr
         return json.loads(proc.stdout)
 
