@@ -119,6 +119,7 @@ class Ingested:
     errors: Counter[str] = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    absorbed: list[tuple[int, str]] = field(default_factory=list)  # facts answered NOOP: (fact id, memory id)
 
 
 def ingest(corpus: tc.Corpus, mode: str, feats: dict[str, bool]) -> Ingested:
@@ -157,6 +158,8 @@ def ingest(corpus: tc.Corpus, mode: str, feats: dict[str, bool]) -> Ingested:
         out.returned[ident] = answer["id"]
         if operation != "NOOP":  # ADD, or an UPDATE: the memory holds this fact's text now
             out.holder[answer["id"]] = ident
+        else:
+            out.absorbed.append((ident, answer["id"]))
         if done % 500 == 0:
             rate = done / (time.perf_counter() - started)
             sys.stderr.write(f"\r  {mode}: {done}/{len(arrival)} remembered ({rate:.1f}/s)")
@@ -470,7 +473,11 @@ def latency(corpus: tc.Corpus, args: argparse.Namespace, feats: dict[str, bool],
 # --------------------------------------------------------------------------- report
 
 
-def summarise(store: Ingested, asked: dict[str, Any]) -> dict[str, Any]:
+def summarise(corpus: tc.Corpus, store: Ingested, asked: dict[str, Any]) -> dict[str, Any]:
+    facts = {f.fid: f for f in corpus.facts}
+    absorbed = [{"fact": facts[fid].text, "key": facts[fid].key if store.mode == "keys" else None,
+                 "into": facts[store.holder[memory]].text if memory in store.holder else None}
+                for fid, memory in store.absorbed]
     kinds = {}
     for kind, tally in asked["tallies"].items():
         lat = asked["latencies"][kind]
@@ -495,7 +502,7 @@ def summarise(store: Ingested, asked: dict[str, Any]) -> dict[str, Any]:
         "ingest": {"seconds": round(store.seconds, 1), "fact_operations": dict(store.operations),
                    "note_operations": dict(store.note_operations), "errors": dict(store.errors),
                    "remember_p50_ms": _percentile(store.latencies_ms, 50), "remember_p95_ms": _percentile(store.latencies_ms, 95),
-                   "facts_with_own_memory": len(store.holder)},
+                   "facts_with_own_memory": len(store.holder), "facts_answered_noop": absorbed},
         "kinds": kinds, "default_search_ranking": vars(asked["ranking"]),
     }
 
@@ -608,7 +615,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for mode in args.modes.split(","):
                 store = ingest(corpus, mode, feats)
                 asked = ask(corpus, store, feats, ["current"] if mode == "latest" else kinds)
-                result["modes"][mode] = summarise(store, asked)
+                result["modes"][mode] = summarise(corpus, store, asked)
                 result["modes"][mode]["ingest"]["load_after"] = load_average()
             if not args.no_latency and "keys" in args.modes.split(","):
                 filled = fill(args.latency_size, corpus, args.seed)
