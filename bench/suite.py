@@ -9,7 +9,10 @@ Runs, each in its own process with its own ``--json``:
 4. the load run (``load.py``: 16 clients over HTTP and MCP, audit afterwards), short;
 5. MCP stdio: process start → ``initialize`` / first ``recall``, and the server's RSS;
 6. search through the transports (``transport_latency.py``): in-process, ``/tool``, REST, MCP
-   HTTP, MCP stdio and ``/health``, 1 and 8 clients, each transport's overhead and the targets.
+   HTTP, MCP stdio and ``/health``, 1 and 8 clients, each transport's overhead and the targets;
+7. facts over time (``temporal.py``): top-1 of current, as-of and history questions with fact keys
+   and through the dedup path, superseded facts ranked above their successor, and what temporal
+   search adds to hybrid search (at 100k memories in the full suite).
 
 Then writes ``bench/results/suite-<UTC time>/summary.json`` and ``summary.md`` (and copies them to
 ``bench/results/summary-latest.*``), naming the machine (CPU model, flags, caches,
@@ -132,6 +135,22 @@ def transport_summary(data: dict[str, Any]) -> Summary:
     return out
 
 
+def temporal_summary(data: dict[str, Any]) -> Summary:
+    """Per ingest mode: top-1 accuracy of each kind of question and the superseded versions ranked
+    above their chain's newest in default search; then the latency of each kind of hybrid search."""
+    out: Summary = {}
+    for mode, row in data["modes"].items():
+        cells = {f"{kind}_top1": cell["top1_accuracy"] for kind, cell in row["kinds"].items()}
+        if "history" in row["kinds"]:
+            cells["history_chain_exact"] = row["kinds"]["history"]["chain_exact_accuracy"]
+        cells["stale_above_newest"] = row["default_search_ranking"]["stale_above_newest"]
+        out[mode] = cells
+    for label, cell in (data.get("latency") or {}).get("cells", {}).items():
+        out[label] = {"p50_ms": _ms(cell["p50_ms"]), "p95_ms": _ms(cell["p95_ms"]),
+                      "p95_overhead_pct": cell["p95_overhead_pct"]}
+    return out
+
+
 STEPS = (
     Step("retrieval", "Retrieval quality (../shared/eval dev)", "retrieval.py",
          (), ("--ingest", "threads", "--modes", "hybrid"), retrieval_summary, needs=EVAL / "locomo_memories.jsonl"),
@@ -144,6 +163,8 @@ STEPS = (
          ("--size", "1000", "--runs", "2"), stdio_summary),
     Step("transport", "Search through the transports (1 and 8 clients)", "transport_latency.py", (), ("--quick",),
          transport_summary),
+    Step("temporal", "Facts over time: current, as-of and history questions", "temporal.py",
+         ("--latency-size", "100000"), ("--quick",), temporal_summary),
 )
 
 
