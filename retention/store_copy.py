@@ -310,7 +310,7 @@ def _qdrant_points(source: str) -> dict[str, Any] | None:
     index = get_vector_index()
     if index is None or index.kind != "qdrant":
         return None
-    from memories.indexes.qdrant_points import collection_name
+    from memories.indexes.qdrant.points import collection_name
 
     wanted: dict[str, list[str]] = {}
     rows = Memory.objects.filter(archived=False, embedding__isnull=False, embedding_model=index.model_id)

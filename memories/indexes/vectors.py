@@ -1,7 +1,7 @@
 """What every vector index is: the protocol its callers use, its hits and its stored points.
 
 Implementations: memories/indexes/embedded.py (``embedded``, in-process numpy, the default; the
-factory ``get_vector_index`` is there too) and memories/indexes/qdrant.py (``qdrant``).
+factory ``get_vector_index`` is there too) and memories/indexes/qdrant/__init__.py (``qdrant``).
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from bhgbrain_site.core.errors import InvalidInput
 from bhgbrain_site.core.progress import Progress
 from memories import funnel
 from memories.indexes.embedded import get_vector_index
-from memories.indexes.qdrant_points import memory_from_point
+from memories.indexes.qdrant.points import memory_from_point
 from memories.indexes.vectors import StoredPoint, VectorIndex
 from memories.models import Memory
 

@@ -91,10 +91,8 @@ class TextIndex(Primer, InProcessIndex):
         super()._reset()
         self._priming: object | None = None  # the primer's token: a new one (or None) stops the last one
         self._row_ids = RowIds()  # row <-> memory id (a dead row has none)
-        self._ns = array("i")
-        self._coll = array("i")
-        self._live = array("d")
-        self._dl = array("f")
+        self._ns, self._coll = array("i"), array("i")  # a row's partition and collection codes
+        self._live, self._dl = array("d"), array("f")  # a row's expiry and length
         self._alive = array("b")
         self._sig = array("q")
         self._postings = Postings()
@@ -208,11 +206,10 @@ class TextIndex(Primer, InProcessIndex):
                versions: Versions = "current") -> list[tuple[str, float]]:
         """The best ``limit`` rows of the namespace's current facts, superseded ones, or both (``versions``)."""
         self._while_rebuilding()  # before the lock: no wait for the rebuild's chunk under way
-        with self._lock:
-            with self._discarded_on_failure():
-                self._follow_feed()
-                self._snapshot_when_due()
-                return self._score(terms, partitions(namespace, versions), collection, now, limit)
+        with self._lock, self._discarded_on_failure():
+            self._follow_feed()
+            self._snapshot_when_due()
+            return self._score(terms, partitions(namespace, versions), collection, now, limit)
 
     def _score(self, terms: list[str], namespaces: tuple[str, ...], collection: str | None, now: datetime,
                limit: int) -> list[tuple[str, float]]:

@@ -15,7 +15,7 @@ from bhgbrain_site.server.warmup import indexes_warm
 from memories.analyzer import analyze
 from memories.indexes import embedded, sparse
 from memories.indexes.qdrant import QdrantVectorIndex
-from memories.indexes.qdrant_points import collection_name, point_payload
+from memories.indexes.qdrant.points import collection_name, point_payload
 from memories.interop.repair import repair_from_index
 from memories.models import Memory
 from search.bm25 import text_index

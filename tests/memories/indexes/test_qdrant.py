@@ -14,7 +14,7 @@ from qdrant_client import models
 from bhgbrain_site.core.errors import InvalidInput
 from memories import funnel
 from memories.indexes.qdrant import QdrantVectorIndex
-from memories.indexes.qdrant_points import collection_name
+from memories.indexes.qdrant.points import collection_name
 from memories.interop.repair import repair_from_index
 from memories.models import Memory
 from memories.services import collection_delete, memories_vector_sync, memory_forget, memory_tag

@@ -1,7 +1,7 @@
 """The Qdrant vector index (``vector_index: "qdrant"``): a server, a cluster, or local mode.
 
-A memory's point (the original BHGBrain 1.3+ layout): memories/indexes/qdrant_points.py; the
-client and the collections: memories/indexes/qdrant_collections.py.
+A memory's point (the original BHGBrain 1.3+ layout): memories/indexes/qdrant/points.py; the
+client and the collections: memories/indexes/qdrant/collections.py.
 
 Writes reach Qdrant through the change feed (``vector_changes``, written in the memory's
 own transaction): :meth:`QdrantVectorIndex.sync` applies every row after this store's
@@ -34,8 +34,8 @@ from memories.indexes import sparse
 from memories.indexes.feed import split_expiries
 from memories.indexes.feed_cursor import has_news, read_after
 from memories.indexes.partitions import Versions
-from memories.indexes.qdrant_collections import QdrantCollections
-from memories.indexes.qdrant_points import (
+from memories.indexes.qdrant.collections import QdrantCollections
+from memories.indexes.qdrant.points import (
     collection_name,
     expiry_payload,
     memory_from_point,

@@ -1,7 +1,7 @@
 """The Qdrant side of the Qdrant index: the client (a server, a cluster, or local mode), the
 ``bhgbrain_*`` collections with their payload indexes, and the ``bm25`` sparse vector that
 collections made before full-text moved into Qdrant are given (back-filled from this store's
-rows, else from the payloads: nothing is embedded again). memories/indexes/qdrant.py writes and
+rows, else from the payloads: nothing is embedded again). memories/indexes/qdrant/__init__.py writes and
 reads the points through it.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from django.conf import settings
 from bhgbrain_site.core.config import QdrantConfig
 from memories.conversations import contexts
 from memories.indexes import sparse
-from memories.indexes.qdrant_points import PREFIX, collection_name, memory_sparse, payload_sparse, sparse_config
+from memories.indexes.qdrant.points import PREFIX, collection_name, memory_sparse, payload_sparse, sparse_config
 from memories.models import Memory
 
 logger = logging.getLogger("bhgbrain.qdrant")
