@@ -6,9 +6,10 @@ full load.
 - SQLite: the FTS5 table's own index (``MATCH``) and its ``bm25()`` (FTS5's k1 1.2, b 0.75, the
   table's global statistics; tags and context weighted per column), over the query's rarest terms
   up to ``POSTINGS_BUDGET`` postings (the common words left out cost the most and weigh the least).
-- PostgreSQL: the analyzed token arrays of ``memory_search`` scanned with ``&&`` and scored in SQL
-  with the in-process index's k1, b and context weight, the namespace's row count for the idf
-  and the matched rows' mean length for the average (no index on the arrays: a sequential scan).
+- PostgreSQL: the analyzed token arrays of ``memory_search`` matched with ``&&`` through their GIN
+  indexes (search migration 0004), over the query's rarest terms up to the same budget, and scored
+  in SQL with the in-process index's k1, b and context weight, the namespace's row count for the
+  idf and the matched rows' mean length for the average.
 
 The ranking differs a little from the in-process index's (other statistics); the response says
 the answer is degraded (``meta.degraded``).
@@ -26,7 +27,7 @@ from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B
 
 PATH = "database full-text"
 
-POSTINGS_BUDGET = 50_000  # SQLite: the rarest terms are matched up to about this many postings
+POSTINGS_BUDGET = 50_000  # the rarest terms are matched up to about this many postings
 RANKED_FIRST = 1_000  # SQLite: the best this many matches are ranked first, then filtered (if too few pass: all)
 
 # Ranked in a subquery, then joined: a join per match inside the ranking cost 3x as much (100k rows).
@@ -95,13 +96,24 @@ def _quoted(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
+# How many rows hold a term, per database; PostgreSQL's count stops past the budget (a common
+# word's exact count costs more than it tells).
+_POSTINGS = {
+    "sqlite": "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH %s",
+    "postgresql": "SELECT count(*) FROM (SELECT 1 FROM memory_search WHERE tokens @> ARRAY[%s]::text[] "
+                  "OR context_tokens @> ARRAY[%s]::text[] LIMIT %s) s",
+}
+
+
 def _rarest(terms: list[str]) -> list[str]:
     """The query's rarest terms, up to ``POSTINGS_BUDGET`` postings in all (at least one): ranking
     every match of a common word costs seconds at a million rows, and it adds little to BM25."""
     counted = []
+    sqlite = connection.vendor == "sqlite"
     with connection.cursor() as cursor:
         for term in dict.fromkeys(terms):
-            cursor.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH %s", [_quoted(term)])
+            cursor.execute(_POSTINGS[connection.vendor],
+                           [_quoted(term)] if sqlite else [term, term, POSTINGS_BUDGET + 1])
             counted.append((int(cursor.fetchone()[0]), term))
     chosen, postings = [], 0
     for count, term in sorted(counted):
@@ -133,10 +145,13 @@ def _sqlite_ranked(match: str, where: _Where, limit: int, ranked: str) -> list[t
 
 
 def _postgresql(terms: list[str], where: _Where, limit: int) -> list[tuple[str, float]]:
+    chosen = _rarest(terms)
+    if not chosen:
+        return []
     sql = _POSTGRESQL.format(collection=" AND m.collection = %(collection)s" if where.collection is not None else "",
                              current=where.current)
     params = {"namespace": where.namespace, "collection": where.collection, "now": where.now,
-              "terms": list(dict.fromkeys(terms)), "context_weight": float(CONTEXT_WEIGHT), "k1": float(K1),
+              "terms": chosen, "context_weight": float(CONTEXT_WEIGHT), "k1": float(K1),
               "b": float(B), "limit": limit}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

@@ -212,6 +212,26 @@ def test_the_database_path_finds_a_namespace_whose_matches_rank_below_others(sto
     assert odd["meta"]["degraded"] and _ids(odd)[0] == stored[TEXTS[0]]
 
 
+def test_the_database_path_leaves_out_a_common_word_past_the_postings_budget(stored, gate, monkeypatch) -> None:  # noqa: ANN001
+    for n in range(8):  # "keeper" in many rows, "lighthouse" in one
+        remember(f"The keeper of record {n} signed the visitors' book", namespace="loading")
+    monkeypatch.setattr(fulltext_db, "POSTINGS_BUDGET", 3)
+    during = _search("lighthouse keeper", "fulltext")
+    assert during["meta"]["degraded"] and _ids(during) == [stored[TEXTS[0]]]  # matched by its rarest term only
+    common = _search("keeper", "fulltext")  # a query of common words keeps its rarest one
+    assert common["meta"]["degraded"] and len(_ids(common)) == 9
+
+
+def test_postgresql_indexes_the_token_arrays_for_the_database_path(db) -> None:  # noqa: ANN001
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's token arrays (SQLite's FTS5 table is its own index)")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memory_search'")
+        defs = dict(cursor.fetchall())
+    assert "USING gin (tokens)" in defs["memory_search_tokens_gin"]
+    assert "USING gin (context_tokens)" in defs["memory_search_context_tokens_gin"]
+
+
 def test_an_index_thrown_away_stops_its_rebuild(stored, gate) -> None:  # noqa: ANN001
     _search("lighthouse", "fulltext")
     assert gate.reached.wait(10)
