@@ -959,29 +959,33 @@ def first_searches(question: str, namespace: str) -> dict[str, float]:
     return out
 
 
+def _snapshot_writers() -> list[Any]:
+    """The threads writing this process's index snapshots now."""
+    from memories.indexes.embedded import get_vector_index
+    from search.bm25 import text_index
+
+    keepers = (getattr(index, "snapshot_keeper", None)
+               for index in (get_vector_index(), text_index._index))  # noqa: SLF001 - the process's own text index
+    return [k.thread for k in keepers if k is not None and k.thread is not None and k.thread.is_alive()]
+
+
 def settle_snapshots(timeout: float = 1800.0) -> None:
     """Wait for the snapshots this process's indexes write in the background after their load (and
-    after the vector graph's build): until both kinds' manifests exist and no writer runs, so a new
-    process's "with snapshot" start really opens them."""
-    from memories.indexes.embedded import get_vector_index
+    after the vector graph's build): until both kinds' manifests exist and no writer has run for a
+    second, so a new process's "with snapshot" start really opens them."""
     from memories.indexes.snapshots import directory
-    from search.bm25 import text_index
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        running = False
-        for index in (get_vector_index(), text_index._index):  # noqa: SLF001 - the process's own text index
-            keeper = getattr(index, "snapshot_keeper", None)
-            if keeper is not None and keeper.thread is not None and keeper.thread.is_alive():
-                running = True
-                keeper.thread.join()
+        for thread in _snapshot_writers():
+            thread.join()
         folder = Path(directory())
-        if not running and all(any(folder.glob(f"{kind}-*.json")) for kind in ("text", "vector")):
-            time.sleep(1.0)  # a writer started just now would show on the next pass
-            if not any(getattr(getattr(i, "snapshot_keeper", None), "thread", None) is not None
-                       and i.snapshot_keeper.thread.is_alive() for i in (get_vector_index(), text_index._index)):  # noqa: SLF001
+        if all(any(folder.glob(f"{kind}-*.json")) for kind in ("text", "vector")):
+            time.sleep(1.0)  # a writer started just now shows here
+            if not _snapshot_writers():
                 return
-        time.sleep(0.5)
+        else:
+            time.sleep(0.5)
     print("warning: the index snapshots were not all written in time; the cold start may rebuild", file=sys.stderr)
 
 

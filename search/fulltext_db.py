@@ -72,9 +72,11 @@ def search(terms: list[str], *, namespace: str, collection: str | None, now: dat
            versions: Versions = "current") -> list[tuple[str, float]]:
     """(memory id, BM25 score) of the best ``limit`` live rows of the namespace matching any term:
     its current facts, its superseded ones, or both (``versions``, memories/indexes/partitions.py)."""
-    if connection.vendor == "sqlite":
-        return _sqlite(terms, _Where(namespace, collection, now, versions), limit)
-    return _postgresql(terms, _Where(namespace, collection, now, versions), limit)
+    chosen = _rarest(terms)
+    if not chosen:
+        return []
+    where = _Where(namespace, collection, now, versions)
+    return _sqlite(chosen, where, limit) if connection.vendor == "sqlite" else _postgresql(chosen, where, limit)
 
 
 @dataclass(frozen=True)
@@ -96,25 +98,22 @@ def _quoted(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
-# How many rows hold a term, per database; PostgreSQL's count stops past the budget (a common
-# word's exact count costs more than it tells).
-_POSTINGS = {
-    "sqlite": "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH %s",
-    "postgresql": "SELECT count(*) FROM (SELECT 1 FROM memory_search WHERE tokens @> ARRAY[%s]::text[] "
-                  "OR context_tokens @> ARRAY[%s]::text[] LIMIT %s) s",
-}
+def _postings(cursor, term: str) -> int:  # noqa: ANN001 - a DB-API cursor
+    """How many rows hold a term; PostgreSQL's count stops past the budget (a common word's exact
+    count costs more than it tells)."""
+    if connection.vendor == "sqlite":
+        cursor.execute("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH %s", [_quoted(term)])
+    else:
+        cursor.execute("SELECT count(*) FROM (SELECT 1 FROM memory_search WHERE tokens @> ARRAY[%s]::text[] "
+                       "OR context_tokens @> ARRAY[%s]::text[] LIMIT %s) s", [term, term, POSTINGS_BUDGET + 1])
+    return int(cursor.fetchone()[0])
 
 
 def _rarest(terms: list[str]) -> list[str]:
     """The query's rarest terms, up to ``POSTINGS_BUDGET`` postings in all (at least one): ranking
     every match of a common word costs seconds at a million rows, and it adds little to BM25."""
-    counted = []
-    sqlite = connection.vendor == "sqlite"
     with connection.cursor() as cursor:
-        for term in dict.fromkeys(terms):
-            cursor.execute(_POSTINGS[connection.vendor],
-                           [_quoted(term)] if sqlite else [term, term, POSTINGS_BUDGET + 1])
-            counted.append((int(cursor.fetchone()[0]), term))
+        counted = [(_postings(cursor, term), term) for term in dict.fromkeys(terms)]
     chosen, postings = [], 0
     for count, term in sorted(counted):
         if count and (not chosen or postings + count <= POSTINGS_BUDGET):
@@ -123,10 +122,7 @@ def _rarest(terms: list[str]) -> list[str]:
     return chosen
 
 
-def _sqlite(terms: list[str], where: _Where, limit: int) -> list[tuple[str, float]]:
-    chosen = _rarest(terms)
-    if not chosen:
-        return []
+def _sqlite(chosen: list[str], where: _Where, limit: int) -> list[tuple[str, float]]:
     match = " OR ".join(_quoted(term) for term in chosen)
     hits = _sqlite_ranked(match, where, limit, f" LIMIT {max(RANKED_FIRST, limit)}")
     if len(hits) < limit:  # the best matches were mostly other namespaces' (or not live): rank every match
@@ -144,10 +140,7 @@ def _sqlite_ranked(match: str, where: _Where, limit: int, ranked: str) -> list[t
         return [(str(raw_uuid(memory_id)), -float(rank)) for memory_id, rank in cursor.fetchall()]
 
 
-def _postgresql(terms: list[str], where: _Where, limit: int) -> list[tuple[str, float]]:
-    chosen = _rarest(terms)
-    if not chosen:
-        return []
+def _postgresql(chosen: list[str], where: _Where, limit: int) -> list[tuple[str, float]]:
     sql = _POSTGRESQL.format(collection=" AND m.collection = %(collection)s" if where.collection is not None else "",
                              current=where.current)
     params = {"namespace": where.namespace, "collection": where.collection, "now": where.now,

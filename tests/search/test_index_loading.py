@@ -222,14 +222,18 @@ def test_the_database_path_leaves_out_a_common_word_past_the_postings_budget(sto
     assert common["meta"]["degraded"] and len(_ids(common)) == 9
 
 
-def test_postgresql_indexes_the_token_arrays_for_the_database_path(db) -> None:  # noqa: ANN001
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL's token arrays (SQLite's FTS5 table is its own index)")
+def test_the_database_path_finds_terms_through_an_index(db) -> None:  # noqa: ANN001
+    """Each database's full-text fallback is indexed: PostgreSQL's token arrays by GIN (search 0004),
+    SQLite's by its FTS5 table (its own inverted index)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memory_search'")
-        defs = dict(cursor.fetchall())
-    assert "USING gin (tokens)" in defs["memory_search_tokens_gin"]
-    assert "USING gin (context_tokens)" in defs["memory_search_context_tokens_gin"]
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memory_search'")
+            defs = dict(cursor.fetchall())
+            assert "USING gin (tokens)" in defs["memory_search_tokens_gin"]
+            assert "USING gin (context_tokens)" in defs["memory_search_context_tokens_gin"]
+        else:
+            cursor.execute("SELECT sql FROM sqlite_master WHERE name = 'memories_fts'")
+            assert "USING fts5" in cursor.fetchone()[0]
 
 
 def test_an_index_thrown_away_stops_its_rebuild(stored, gate) -> None:  # noqa: ANN001
