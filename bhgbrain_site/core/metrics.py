@@ -9,10 +9,12 @@ files there and a scrape, whichever worker answers it, sums every worker's files
 """
 from __future__ import annotations
 
+import glob
 import os
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -52,13 +54,34 @@ class Metrics:
         if not directory:
             return self.registry
         merged = CollectorRegistry()
-        MultiProcessCollector(merged, path=directory)
+        _WorkerFiles(merged, path=directory)
         return merged
 
     def render(self, *, memory_count: int, rate_limit_buckets: int) -> str:
         gauges = CollectorRegistry()
         gauges.register(_Gauges(memory_count, rate_limit_buckets))
         return (generate_latest(self._recorded()) + generate_latest(gauges)).decode()
+
+
+class _WorkerFiles(MultiProcessCollector):
+    """Every worker's files, except one a process is creating this instant.
+
+    prometheus-client opens a process's new file empty and only then sizes it; a scrape reading it
+    in between failed (``struct.error`` on the missing header: the scrape answered 500 while a
+    scheduler or worker process started). A file still empty holds no value yet, and files only
+    grow, so leaving it out loses nothing.
+    """
+
+    def collect(self) -> Iterable[Metric]:
+        files = [name for name in glob.glob(os.path.join(self._path, "*.db")) if _has_header(name)]
+        return self.merge(files, accumulate=True)
+
+
+def _has_header(name: str) -> bool:
+    try:
+        return os.stat(name).st_size >= 8
+    except FileNotFoundError:  # a dead process's file removed meanwhile
+        return False
 
 
 class _Gauges:
