@@ -625,6 +625,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                      "live": Memory.objects.filter(archived=False).count()}
             from django.db import connections
 
+            from memories.access import tracker
+
+            tracker.flush()  # now, while the store exists: at exit it would write into a removed directory
             connections.close_all()
     finally:
         shutil.rmtree(home, ignore_errors=True)
