@@ -6,6 +6,12 @@ full load.
 - SQLite: the FTS5 table's own index (``MATCH``) and its ``bm25()`` (FTS5's k1 1.2, b 0.75, the
   table's global statistics; tags and context weighted per column), over the query's rarest terms
   up to ``POSTINGS_BUDGET`` postings (the common words left out cost the most and weigh the least).
+  ``bm25()`` reads each match's row sizes, so when even the rarest term has more than ``WINDOW``
+  matches (a query of common words only, at a million rows: 137k matches for its rarest term in
+  the benchmark, 0.3-10 s a search), the rows holding *all* the query's words are ranked first,
+  then all but the most common, and so on; the rest is filled from a window of ``WINDOW`` matches
+  of the rarest terms (in rowid order, which is the memory id's hash: an arbitrary sample),
+  widened while too few of them are live rows of the namespace.
 - PostgreSQL: the analyzed token arrays of ``memory_search`` matched with ``&&`` through their GIN
   indexes (search migration 0004), over the query's rarest terms up to the same budget, and scored
   in SQL with the in-process index's k1, b and context weight, the namespace's row count for the
@@ -29,11 +35,13 @@ PATH = "database full-text"
 
 POSTINGS_BUDGET = 50_000  # the rarest terms are matched up to about this many postings
 RANKED_FIRST = 1_000  # SQLite: the best this many matches are ranked first, then filtered (if too few pass: all)
+WINDOW = 20_000  # SQLite: bm25() over at most this many matches first, widened 8x while too few pass
+WIDEN = 8
 
 # Ranked in a subquery, then joined: a join per match inside the ranking cost 3x as much (100k rows).
 _SQLITE = (
     "SELECT f.memory_id, f.rank FROM (SELECT memory_id, bm25(memories_fts, 1.0, %s, %s) AS rank FROM memories_fts "
-    "WHERE memories_fts MATCH %s ORDER BY rank{ranked}) f JOIN memories m ON m.id = f.memory_id "
+    "WHERE memories_fts MATCH %s{window} ORDER BY rank{ranked}) f JOIN memories m ON m.id = f.memory_id "
     "WHERE m.archived = 0 AND m.namespace = %s{collection} "
     "AND (m.decay_eligible = 0 OR m.expires_at IS NULL OR m.expires_at > %s){current} "
     "ORDER BY f.rank LIMIT %s"
@@ -72,11 +80,17 @@ def search(terms: list[str], *, namespace: str, collection: str | None, now: dat
            versions: Versions = "current") -> list[tuple[str, float]]:
     """(memory id, BM25 score) of the best ``limit`` live rows of the namespace matching any term:
     its current facts, its superseded ones, or both (``versions``, memories/indexes/partitions.py)."""
-    chosen = _rarest(terms)
+    counted = _counted(terms)
+    chosen = _rarest(counted)
     if not chosen:
         return []
     where = _Where(namespace, collection, now, versions)
-    return _sqlite(chosen, where, limit) if connection.vendor == "sqlite" else _postgresql(chosen, where, limit)
+    if connection.vendor != "sqlite":
+        return _postgresql(chosen, where, limit)
+    present = [(count, term) for count, term in counted if count]
+    if present[0][0] <= WINDOW:
+        return _sqlite(chosen, where, limit)
+    return _sqlite_common_words([term for _count, term in present], chosen, where, limit)
 
 
 @dataclass(frozen=True)
@@ -109,31 +123,71 @@ def _postings(cursor, term: str) -> int:  # noqa: ANN001 - a DB-API cursor
     return int(cursor.fetchone()[0])
 
 
-def _rarest(terms: list[str]) -> list[str]:
+def _counted(terms: list[str]) -> list[tuple[int, str]]:
+    """(postings, term) of each distinct term, rarest first."""
+    with connection.cursor() as cursor:
+        return sorted((_postings(cursor, term), term) for term in dict.fromkeys(terms))
+
+
+def _rarest(counted: list[tuple[int, str]]) -> list[str]:
     """The query's rarest terms, up to ``POSTINGS_BUDGET`` postings in all (at least one): ranking
     every match of a common word costs seconds at a million rows, and it adds little to BM25."""
-    with connection.cursor() as cursor:
-        counted = [(_postings(cursor, term), term) for term in dict.fromkeys(terms)]
     chosen, postings = [], 0
-    for count, term in sorted(counted):
+    for count, term in counted:
         if count and (not chosen or postings + count <= POSTINGS_BUDGET):
             chosen.append(term)
             postings += count
     return chosen
 
 
+def _sqlite_common_words(present: list[str], chosen: list[str], where: _Where, limit: int) -> list[tuple[str, float]]:
+    """Every term has more than ``WINDOW`` matches: the rows holding all of ``present`` (rarest
+    first), then all but the most common..., then the windowed matches of ``chosen``."""
+    hits: dict[str, float] = {}
+    for size in range(len(present), 1, -1):
+        both = " AND ".join(_quoted(term) for term in present[:size])
+        hits |= {memory_id: score for memory_id, score in _sqlite_windowed(both, where, limit) if memory_id not in hits}
+        if len(hits) >= limit:
+            break
+    if len(hits) < limit:
+        hits |= {memory_id: score for memory_id, score in _sqlite(chosen, where, limit) if memory_id not in hits}
+    return sorted(hits.items(), key=lambda hit: -hit[1])[:limit]
+
+
 def _sqlite(chosen: list[str], where: _Where, limit: int) -> list[tuple[str, float]]:
-    match = " OR ".join(_quoted(term) for term in chosen)
-    hits = _sqlite_ranked(match, where, limit, f" LIMIT {max(RANKED_FIRST, limit)}")
-    if len(hits) < limit:  # the best matches were mostly other namespaces' (or not live): rank every match
-        hits = _sqlite_ranked(match, where, limit, "")
-    return hits
+    return _sqlite_windowed(" OR ".join(_quoted(term) for term in chosen), where, limit)
 
 
-def _sqlite_ranked(match: str, where: _Where, limit: int, ranked: str) -> list[tuple[str, float]]:
-    sql = _SQLITE.format(ranked=ranked, collection=" AND m.collection = %s" if where.collection is not None else "",
+def _sqlite_windowed(match: str, where: _Where, limit: int) -> list[tuple[str, float]]:
+    """The best ``limit`` live rows of the namespace among ``match``'s first ``WINDOW`` matches (by
+    rowid, from the highest), widened while fewer pass."""
+    window = WINDOW
+    while True:
+        floor = _window_floor(match, window)
+        hits = _sqlite_ranked(match, where, limit, floor, f" LIMIT {max(RANKED_FIRST, limit)}")
+        if len(hits) < limit:  # the best matches were mostly other namespaces' (or not live): rank every one
+            hits = _sqlite_ranked(match, where, limit, floor, "")
+        if len(hits) >= limit or floor is None:
+            return hits
+        window *= WIDEN
+
+
+def _window_floor(match: str, window: int) -> int | None:
+    """The rowid of the ``window``-th match from the highest rowid, or None when there are fewer
+    matches (FTS5 walks its doclist in rowid order for this, without ranking)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rowid FROM memories_fts WHERE memories_fts MATCH %s ORDER BY rowid DESC LIMIT 1 OFFSET %s",
+                       [match, window - 1])
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
+def _sqlite_ranked(match: str, where: _Where, limit: int, floor: int | None, ranked: str) -> list[tuple[str, float]]:
+    sql = _SQLITE.format(ranked=ranked, window="" if floor is None else " AND rowid >= %s",
+                         collection=" AND m.collection = %s" if where.collection is not None else "",
                          current=where.current)
-    params: list[object] = [float(TAG_WEIGHT), float(CONTEXT_WEIGHT), match, where.namespace]
+    params: list[object] = [float(TAG_WEIGHT), float(CONTEXT_WEIGHT), match, *([] if floor is None else [floor]),
+                            where.namespace]
     params += [where.collection] if where.collection is not None else []
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, connection.ops.adapt_datetimefield_value(where.now), limit])

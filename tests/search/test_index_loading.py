@@ -18,6 +18,7 @@ from django.db import connection
 
 from bhgbrain_site import registry
 from bhgbrain_site.core.calls import CallContext
+from memories.analyzer import analyze_query
 from memories.indexes import rebuilds, snapshots
 from memories.indexes.embedded import get_vector_index, reset_vector_index
 from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B
@@ -210,6 +211,26 @@ def test_the_database_path_finds_a_namespace_whose_matches_rank_below_others(sto
     assert during["meta"]["degraded"] and _ids(during) == [stored[TEXTS[0]]]
     odd = _search('"lighthouse" OR door* NEAR(keeper) -- JIRA-1234 %_', "fulltext")  # a user's syntax stays words
     assert odd["meta"]["degraded"] and _ids(odd)[0] == stored[TEXTS[0]]
+
+
+def test_the_database_path_widens_its_window_until_the_namespace_has_results(stored, gate, monkeypatch) -> None:  # noqa: ANN001
+    for n in range(12):  # newer matches, all another namespace's
+        remember(f"The lighthouse on the other coast, log {n}", namespace="elsewhere")
+    monkeypatch.setattr(fulltext_db, "WINDOW", 2)  # SQLite: the newest 2 matches first, then 16, then every one
+    during = _search("lighthouse", "fulltext")
+    assert during["meta"]["degraded"] and _ids(during) == [stored[TEXTS[0]]]
+
+
+def test_the_database_path_ranks_the_rows_holding_every_common_word_first(stored, gate, monkeypatch) -> None:  # noqa: ANN001
+    for n in range(20):
+        remember(f"A lighthouse postcard, number {n}, was sent home", namespace="loading")
+        remember(f"The keeper of record {n} signed the visitors' book", namespace="loading")
+    monkeypatch.setattr(fulltext_db, "WINDOW", 2)  # SQLite: both words count as common (more matches than 2)
+    during = _search("lighthouse keeper", "fulltext")
+    assert during["meta"]["degraded"] and len(_ids(during)) == 10
+    assert _ids(during)[0] == stored[TEXTS[0]]  # the one row with both words, then the rest
+    best = fulltext_db.search(analyze_query("lighthouse keeper"), namespace="loading", collection=None, now=datetime.now(UTC), limit=1)
+    assert [memory_id for memory_id, _score in best] == [stored[TEXTS[0]]]  # not the first of an arbitrary window
 
 
 def test_the_database_path_leaves_out_a_common_word_past_the_postings_budget(stored, gate, monkeypatch) -> None:  # noqa: ANN001
