@@ -86,11 +86,11 @@ def search(terms: list[str], *, namespace: str, collection: str | None, now: dat
         return []
     where = _Where(namespace, collection, now, versions)
     if connection.vendor != "sqlite":
-        return _postgresql(chosen, where, limit)
+        return _postgresql([term for _count, term in chosen], where, limit)
     present = [(count, term) for count, term in counted if count]
-    if present[0][0] <= WINDOW:
-        return _sqlite(chosen, where, limit)
-    return _sqlite_common_words([term for _count, term in present], chosen, where, limit)
+    if present[0][0] > WINDOW:  # even the rarest word is common: the rows holding most of the words first
+        return _sqlite_common_words(present, chosen, where, limit)
+    return _sqlite_windowed(_any_of(chosen), where, limit)
 
 
 @dataclass(frozen=True)
@@ -129,44 +129,59 @@ def _counted(terms: list[str]) -> list[tuple[int, str]]:
         return sorted((_postings(cursor, term), term) for term in dict.fromkeys(terms))
 
 
-def _rarest(counted: list[tuple[int, str]]) -> list[str]:
-    """The query's rarest terms, up to ``POSTINGS_BUDGET`` postings in all (at least one): ranking
-    every match of a common word costs seconds at a million rows, and it adds little to BM25."""
+def _rarest(counted: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """(postings, term) of the query's rarest terms, up to ``POSTINGS_BUDGET`` postings in all (at
+    least one): ranking every match of a common word costs seconds at a million rows, and it adds
+    little to BM25."""
     chosen, postings = [], 0
     for count, term in counted:
         if count and (not chosen or postings + count <= POSTINGS_BUDGET):
-            chosen.append(term)
+            chosen.append((count, term))
             postings += count
     return chosen
 
 
-def _sqlite_common_words(present: list[str], chosen: list[str], where: _Where, limit: int) -> list[tuple[str, float]]:
+@dataclass(frozen=True)
+class _Match:
+    """An FTS5 match expression and how many rows it can match at most (from the terms' postings)."""
+
+    expression: str
+    at_most: int
+
+
+def _any_of(counted: list[tuple[int, str]]) -> _Match:
+    return _Match(" OR ".join(_quoted(term) for _count, term in counted), sum(count for count, _term in counted))
+
+
+def _all_of(counted: list[tuple[int, str]]) -> _Match:
+    return _Match(" AND ".join(_quoted(term) for _count, term in counted), min(count for count, _term in counted))
+
+
+def _sqlite_common_words(present: list[tuple[int, str]], chosen: list[tuple[int, str]], where: _Where,
+                         limit: int) -> list[tuple[str, float]]:
     """Every term has more than ``WINDOW`` matches: the rows holding all of ``present`` (rarest
     first), then all but the most common..., then the windowed matches of ``chosen``."""
     hits: dict[str, float] = {}
     for size in range(len(present), 1, -1):
-        both = " AND ".join(_quoted(term) for term in present[:size])
-        hits |= {memory_id: score for memory_id, score in _sqlite_windowed(both, where, limit) if memory_id not in hits}
+        for memory_id, score in _sqlite_windowed(_all_of(present[:size]), where, limit):
+            hits.setdefault(memory_id, score)
         if len(hits) >= limit:
             break
-    if len(hits) < limit:
-        hits |= {memory_id: score for memory_id, score in _sqlite(chosen, where, limit) if memory_id not in hits}
+    else:
+        for memory_id, score in _sqlite_windowed(_any_of(chosen), where, limit):
+            hits.setdefault(memory_id, score)
     return sorted(hits.items(), key=lambda hit: -hit[1])[:limit]
 
 
-def _sqlite(chosen: list[str], where: _Where, limit: int) -> list[tuple[str, float]]:
-    return _sqlite_windowed(" OR ".join(_quoted(term) for term in chosen), where, limit)
-
-
-def _sqlite_windowed(match: str, where: _Where, limit: int) -> list[tuple[str, float]]:
+def _sqlite_windowed(match: _Match, where: _Where, limit: int) -> list[tuple[str, float]]:
     """The best ``limit`` live rows of the namespace among ``match``'s first ``WINDOW`` matches (by
-    rowid, from the highest), widened while fewer pass."""
+    rowid, from the highest), widened while fewer pass; no window when it could hold every match."""
     window = WINDOW
     while True:
-        floor = _window_floor(match, window)
-        hits = _sqlite_ranked(match, where, limit, floor, f" LIMIT {max(RANKED_FIRST, limit)}")
+        floor = _window_floor(match.expression, window) if match.at_most > window else None
+        hits = _sqlite_ranked(match.expression, where, limit, floor, f" LIMIT {max(RANKED_FIRST, limit)}")
         if len(hits) < limit:  # the best matches were mostly other namespaces' (or not live): rank every one
-            hits = _sqlite_ranked(match, where, limit, floor, "")
+            hits = _sqlite_ranked(match.expression, where, limit, floor, "")
         if len(hits) >= limit or floor is None:
             return hits
         window *= WIDEN
