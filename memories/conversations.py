@@ -177,10 +177,19 @@ def embedding_text(content: str, previous: Sequence[str]) -> str:
     return "\n".join([*(tail_words(turn, EMBED_PREVIOUS_WORDS) for turn in previous[-EMBED_BEFORE:]), content])
 
 
+def keyed_passage(content: str, key: str | None) -> str:
+    """What a fact's vector is computed over: its key, then its content ("alice/home city: Alice
+    moved to Berlin."). The key names the slot the fact fills, so a question about the slot
+    ("where does Alice live?") finds that fact rather than another one about Alice. Without a key:
+    the content alone, as always. (A key never goes with a thread's message.)"""
+    return f"{key}: {content}" if key else content
+
+
 def passage(memory: Memory) -> str:
-    """What ``memory``'s vector is computed over: its content, with the turn(s) before it if threaded."""
+    """What ``memory``'s vector is computed over: its content, with the turn(s) before it if
+    threaded, or after its fact key if it has one (:func:`keyed_passage`)."""
     if not memory.thread:
-        return memory.content
+        return keyed_passage(memory.content, memory.fact_key)
     return embedding_text(memory.content, [turn.content for turn in turns_before(memory, EMBED_BEFORE)])
 
 

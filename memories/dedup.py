@@ -25,7 +25,9 @@ import numpy as np
 from django.conf import settings
 from django.db.models import Q
 
+from bhgbrain_site.core.errors import EmbeddingUnavailable
 from memories.analyzer import stem
+from memories.conversations import keyed_passage
 from memories.embeddings import Embedder, calibrate, from_bytes
 from memories.indexes.embedded import get_vector_index
 from memories.indexes.rebuilds import Rebuilding
@@ -198,23 +200,58 @@ def _candidates(vector: np.ndarray, model_id: str, namespace: str, collection: s
         return _stored_vector_search(vector, model_id, namespace, collection, now)
 
 
+KEY_MARGIN = 0.05  # cosine a fact's key moves a vector by, at most, against the same text without it (measured: .012-.028)
+
+
+class _Keyed:
+    """The write's vector as a candidate of another key (or none) would have been embedded: a fact's
+    vector is computed with its key (memories.conversations.keyed_passage), so a keyed fact and the
+    same words without the key are compared like with like. Each key embedded once per write."""
+
+    def __init__(self, vector: np.ndarray, embedder: Embedder, content: str, key: str | None) -> None:
+        self.embedder, self.content = embedder, content
+        self.vectors: dict[str | None, np.ndarray] = {key: vector}
+
+    def cosine(self, hit: VectorHit, candidate: Memory, threshold: float) -> float:
+        """The cosine to compare with ``candidate``'s vector (``threshold``: its calibrated UPDATE bar)."""
+        if candidate.fact_key in self.vectors:
+            return hit.cosine
+        if float(calibrate(hit.cosine + KEY_MARGIN, self.embedder.curve)) < threshold:
+            return hit.cosine  # too far to be the same fact under any key: no embedding spent
+        stored = Memory.objects.filter(pk=candidate.pk).values_list("embedding", flat=True).first()
+        if stored is None:
+            return hit.cosine
+        try:
+            vector = self.embedder.embed_passage(keyed_passage(self.content, candidate.fact_key))
+        except EmbeddingUnavailable:
+            return hit.cosine  # the model went away meanwhile: the cosine at hand
+        self.vectors[candidate.fact_key] = vector
+        return float(from_bytes(stored) @ vector)
+
+
 def semantic_match(vector: np.ndarray, embedder: Embedder, content: str, *, namespace: str, collection: str,
-                   now: datetime) -> tuple[Memory, str] | None:
+                   now: datetime, key: str | None = None) -> tuple[Memory, str] | None:
     """Top-10 of the collection; the best candidate past its tier's threshold decides.
 
-    Past the threshold the fact guard (:func:`compare`) has the last word: a substitution is a
-    different fact (skip the candidate), a subset changes nothing (NOOP), an elaboration is an
-    UPDATE, the same words are NOOP or UPDATE by similarity.
+    Only a current fact without a key or with the write's ``key`` is a candidate; one whose key
+    differs from the write's (one of them has none) is compared with the write's text embedded
+    under its key (:class:`_Keyed`). Past the threshold the fact guard (:func:`compare`) has the
+    last word: a substitution is a different fact (skip the candidate), a subset changes nothing
+    (NOOP), an elaboration is an UPDATE, the same words are NOOP or UPDATE by similarity.
     """
     hits = _candidates(vector, embedder.model_id, namespace, collection, now)
     found = memories_by_id([uuid.UUID(h.memory_id) for h in hits])
     base = settings.BHGBRAIN.deduplication.similarity_threshold
+    keyed = _Keyed(vector, embedder, content, key)
     for hit in hits:
         candidate = found.get(uuid.UUID(hit.memory_id))
         if candidate is None or candidate.archived or candidate.superseded_by is not None:
             continue  # only a current fact is a candidate: a superseded one has a successor already
-        similarity = float(calibrate(hit.cosine, embedder.curve))
-        if similarity < tier_thresholds(candidate.retention_tier, base).update:
+        if key is not None and candidate.fact_key not in (None, key):
+            continue  # another slot's fact
+        update = tier_thresholds(candidate.retention_tier, base).update
+        similarity = float(calibrate(keyed.cosine(hit, candidate, update), embedder.curve))
+        if similarity < update:
             continue
         relation = compare(candidate.content, content)
         if relation is Relation.CONFLICT:

@@ -240,7 +240,7 @@ def _decide(prep: Prepared, duplicate: Memory | None, now: datetime) -> tuple[Me
     if not settings.BHGBRAIN.deduplication.enabled or prep.vector is None or prep.embedder is None:
         return None
     return semantic_match(prep.vector, prep.embedder, prep.content, namespace=prep.data.namespace,
-                          collection=prep.data.collection, now=now)
+                          collection=prep.data.collection, now=now, key=prep.data.key)
 
 
 def new_memory(prep: Prepared, now: datetime) -> tuple[Memory, str]:
@@ -315,11 +315,11 @@ def _restated(existing: Memory, prep: Prepared, actor: str, now: datetime) -> Re
     its ``supersedes`` still apply to that memory."""
     closed: list[uuid.UUID] = []
     if prep.data.key and not existing.fact_key:
-        existing.fact_key = prep.data.key
+        existing.fact_key, existing.vector_synced = prep.data.key, False  # vector_sync re-embeds it with its key
 
         def write() -> None:
             funnel.save_memory(existing, audit=funnel.Audit("KEY", actor, {"key": existing.fact_key}), at=now,
-                               fields=("fact_key", *chains.CLOSED_FIELDS))
+                               fields=("fact_key", "vector_synced", *chains.CLOSED_FIELDS))
 
         closed += chains.place_by_key(existing, write, actor=actor, at=now)
     if prep.data.supersedes:
@@ -457,7 +457,7 @@ def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
     known = _known_version(prep) if existing is None else None
     if known is not None:
         return result(known, Operation.NOOP)
-    vector, embedder = embed_or_degrade(prep.content)
+    vector, embedder = embed_or_degrade(conversations.keyed_passage(prep.content, prep.data.key))
     prep = dataclasses.replace(prep, vector=vector, embedder=embedder)
     ensure_collection(data.namespace, data.collection, embedder if vector is not None else None)
     try:

@@ -66,14 +66,15 @@ def _vector_synced(memory: Memory) -> bool:
 
 
 def memories_vector_sync(*, limit: int = 500) -> dict[str, int]:
-    """Embed and index memories left with vector_synced=false (degraded writes, index failures)."""
+    """Embed and index memories left with vector_synced=false (degraded writes, index failures, a
+    key given to a stored fact: its vector is computed with the key, so it is embedded again)."""
     embedder = get_embedder()
     if embedder is None:
         return {"synced": 0, "failed": 0, "pending": Memory.objects.filter(vector_synced=False, archived=False).count()}
     synced = failed = 0
     for memory in Memory.objects.filter(vector_synced=False, archived=False).order_by("created_at")[:limit]:
         try:
-            if memory.embedding is None or memory.embedding_model != embedder.model_id:
+            if memory.embedding is None or memory.embedding_model != embedder.model_id or memory.fact_key:
                 vector = embedder.embed_passage(conversations.passage(memory))
                 memory.embedding, memory.embedding_model = to_bytes(vector), embedder.model_id
         except EmbeddingUnavailable:

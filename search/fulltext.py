@@ -3,7 +3,7 @@
 The database keeps each live memory's analyzed text (:func:`memories.analyzer.analyze`: CJK
 segmented, stemmed, stopwords dropped) — SQLite in the FTS5 table ``memories_fts``
 (content, tags, context), PostgreSQL in ``memory_search`` (a token array with the tags
-repeated, and the context tokens) — written
+repeated, and the context tokens); a fact's key counts as a tag (memories.indexes.sparse.labels) — written
 by :class:`FullTextIndexer` inside every write's transaction (it registers itself with the
 write funnel from ``search/apps.py``), so it never disagrees with the memories table.
 Queries are answered by the in-process BM25 index (search.bm25.text_index) built from that text;
@@ -28,13 +28,13 @@ from memories.analyzer import analyze_query
 from memories.conversations import contexts
 from memories.indexes.partitions import Versions
 from memories.indexes.rebuilds import Rebuilding
-from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B, field_tokens
+from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B, field_tokens, labels
 from memories.models import Memory
 from search import fulltext_db
 from search.bm25.text_index import fts_rowid, get_text_index
 
 # TAG_WEIGHT, CONTEXT_WEIGHT, K1 and B live in memories.indexes.sparse: Qdrant's sparse vectors use them too.
-TEXT_FIELDS = frozenset({"content", "tags", "archived", "context", "occurred_at"})  # what the stored rows are made of
+TEXT_FIELDS = frozenset({"content", "tags", "fact_key", "archived", "context", "occurred_at"})  # what the stored rows are made of
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class TextHit:
 
 
 def _fields(memory: Any, context: str) -> tuple[str, str, str]:
-    content, tags, context_words = field_tokens(memory.content, memory.tags, context)
+    content, tags, context_words = field_tokens(memory.content, labels(memory.tags, memory.fact_key), context)
     return " ".join(content), " ".join(tags), " ".join(context_words)
 
 

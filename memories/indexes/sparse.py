@@ -1,8 +1,8 @@
 """BM25 as a sparse vector: what a Qdrant point carries so full-text search runs inside Qdrant.
 
 The same analyzer as the in-process index (:func:`memories.analyzer.analyze`: jieba for CJK,
-Snowball stemming, stopwords) and the same fields and weights (content; tags ×``TAG_WEIGHT``,
-hyphens split; a threaded message's context ×``CONTEXT_WEIGHT``, BM25F). A point's sparse
+Snowball stemming, stopwords) and the same fields and weights (content; tags and a fact's key
+×``TAG_WEIGHT``, hyphens split; a threaded message's context ×``CONTEXT_WEIGHT``, BM25F). A point's sparse
 vector holds, per term, BM25's term-frequency part::
 
     tf · (k1 + 1) / (tf + k1 · (1 − b + b · len / AVG_LEN))
@@ -35,6 +35,12 @@ TAG_WEIGHT = 2  # tags count twice in BM25 (chosen on the retrieval benchmark)
 CONTEXT_WEIGHT = 0.5  # a context word counts half a content word (measured: docs/retrieval.md)
 K1, B = 0.9, 0.4
 AVG_LEN = 24.0  # the fixed average document length of the sparse vectors (see above)
+
+
+def labels(tags: Iterable[str], key: str | None) -> list[str]:
+    """What the label field holds: the tags, and a fact's key ("alice/home city"), which names the
+    slot the fact fills, so a search for the slot's words finds it."""
+    return [*tags, key] if key else list(tags)
 
 
 def field_tokens(content: str, tags: Iterable[str], context: str = "") -> tuple[list[str], list[str], list[str]]:

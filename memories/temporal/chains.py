@@ -118,8 +118,8 @@ def _inherit_key(newer: Memory, older: Sequence[Memory], *, actor: str, at: date
     key = keys.pop()
     if Memory.objects.filter(namespace=newer.namespace, fact_key=key, archived=False, superseded_by__isnull=True).exists():
         return
-    newer.fact_key = key
-    funnel.save_memory(newer, audit=funnel.Audit("KEY", actor, {"key": key}), at=at, fields=("fact_key",))
+    newer.fact_key, newer.vector_synced = key, False  # its vector is computed with its key: vector_sync re-embeds it
+    funnel.save_memory(newer, audit=funnel.Audit("KEY", actor, {"key": key}), at=at, fields=("fact_key", "vector_synced"))
 
 
 def supersede(*, older: Sequence[uuid.UUID], newer: uuid.UUID, actor: str, reason: str = "explicit") -> list[uuid.UUID]:

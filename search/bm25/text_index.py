@@ -255,7 +255,7 @@ class TextIndex(Primer, InProcessIndex):
 
     def _snapshot_params(self) -> dict[str, object]:
         return {"index": "bm25", "analyzer": ANALYZER_VERSION, "vendor": connection.vendor, "k1": self.k1,
-                "b": self.b, "tag_weight": self.tag_weight, "context_weight": self.context_weight,
+                "b": self.b, "tag_weight": self.tag_weight, "labels": "tags+key", "context_weight": self.context_weight,
                 "partitions": "superseded"}
 
     def _adopt(self, snapshot: snapshots.Capture) -> bool:

@@ -110,10 +110,11 @@ def sparse_config() -> Any:
 
 
 def memory_sparse(memory: Memory, context: str) -> Any:
-    return sparse_vector(sparse.memory_weights(memory.content, memory.tags, context))
+    return sparse_vector(sparse.memory_weights(memory.content, sparse.labels(memory.tags, memory.fact_key), context))
 
 
 def payload_sparse(payload: dict[str, Any]) -> Any:
-    """Another device's point (no row here): its payload's content and tags; no context."""
+    """Another device's point (no row here): its payload's content, tags and key; no context."""
     tags = payload.get("tags") if isinstance(payload.get("tags"), list) else []
-    return sparse_vector(sparse.memory_weights(str(payload.get("content") or ""), [str(t) for t in tags]))
+    key = payload.get("fact_key") if isinstance(payload.get("fact_key"), str) else None
+    return sparse_vector(sparse.memory_weights(str(payload.get("content") or ""), sparse.labels(map(str, tags), key)))
