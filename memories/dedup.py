@@ -200,6 +200,12 @@ def _candidates(vector: np.ndarray, model_id: str, namespace: str, collection: s
         return _stored_vector_search(vector, model_id, namespace, collection, now)
 
 
+def same_slot(candidate: Memory, key: str | None) -> bool:
+    """Whether a dedup match with ``candidate`` may count for a write of ``key``: a memory without a
+    key, or with the write's own key (a fact of another slot is never its duplicate)."""
+    return key is None or candidate.fact_key in (None, key)
+
+
 KEY_MARGIN = 0.05  # cosine a fact's key moves a vector by, at most, against the same text without it (measured: .012-.028)
 
 
@@ -247,8 +253,8 @@ def semantic_match(vector: np.ndarray, embedder: Embedder, content: str, *, name
         candidate = found.get(uuid.UUID(hit.memory_id))
         if candidate is None or candidate.archived or candidate.superseded_by is not None:
             continue  # only a current fact is a candidate: a superseded one has a successor already
-        if key is not None and candidate.fact_key not in (None, key):
-            continue  # another slot's fact
+        if not same_slot(candidate, key):
+            continue
         update = tier_thresholds(candidate.retention_tier, base).update
         similarity = float(calibrate(keyed.cosine(hit, candidate, update), embedder.curve))
         if similarity < update:

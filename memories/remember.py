@@ -40,7 +40,7 @@ from bhgbrain_site.core.contracts import MAX_TAGS
 from bhgbrain_site.core.errors import Conflict, EmbeddingUnavailable, InvalidInput
 from bhgbrain_site.core.progress import Progress
 from memories import conversations, funnel
-from memories.dedup import Relation, compare, semantic_match
+from memories.dedup import Relation, compare, same_slot, semantic_match
 from memories.embeddings import Embedder, get_embedder, to_bytes
 from memories.models import Collection, Memory, MemoryRevision, Operation
 from memories.pipeline import normalize, tiers
@@ -299,8 +299,8 @@ def _insert(prep: Prepared, actor: str, now: datetime, dedup_target: Memory | No
         funnel.save_memory(memory, audit=audit, at=now, insert=True)
 
     if memory.fact_key:
-        same_slot = dedup_target is not None and dedup_target.fact_key == memory.fact_key
-        closed += chains.place_by_key(memory, write, actor=actor, at=now, reason="dedup" if same_slot else "key")
+        dedup_slot = dedup_target is not None and dedup_target.fact_key == memory.fact_key
+        closed += chains.place_by_key(memory, write, actor=actor, at=now, reason="dedup" if dedup_slot else "key")
     else:
         write()
     if dedup_target is not None and dedup_target.id not in closed and memory.superseded_by is None:
@@ -398,11 +398,6 @@ def _new_version(target: Memory, prep: Prepared, actor: str, now: datetime) -> R
     return result(memory, Operation.UPDATE, merged_with=str(target.id), superseded=closed)
 
 
-def _same_slot(target: Memory, prep: Prepared) -> bool:
-    """A dedup match counts only against a memory without a key or with the write's own key."""
-    return prep.data.key is None or target.fact_key in (None, prep.data.key)
-
-
 def _write(prep: Prepared, duplicate: Memory | None, actor: str) -> RememberResult:
     now = timezone.now()
     match = _decide(prep, duplicate, now)
@@ -418,7 +413,7 @@ def _write(prep: Prepared, duplicate: Memory | None, actor: str) -> RememberResu
         if match:
             target = (Memory.objects.select_for_update()
                       .filter(pk=match[0].pk, archived=False, superseded_by__isnull=True).first())
-            if target is not None and _same_slot(target, prep):
+            if target is not None and same_slot(target, prep.data.key):
                 if match[1] == Operation.NOOP and not _wants_tier_change(prep, target):
                     return _restated(target, prep, actor, now)
                 if _in_place(target, prep, match[1]):
