@@ -217,7 +217,7 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
             shortlist = None
             if not exact and candidates.size >= hnsw.ANN_MIN_ROWS and self._ann is not None:
                 pids = [pid for code in ns_codes for pid in self._ann.partitions(code, coll_code, facts_only)]
-                shortlist = self._ann.shortlist(query, pids, mask, candidates, sketch.shortlist_size(limit))
+                shortlist = self._ann.shortlist(query, pids, mask, candidates, hnsw.shortlist_size(limit))
             if shortlist is not None:  # the graphs' best rows (and the small partitions'), re-scored exactly
                 candidates = shortlist
                 if candidates.size == 0:
