@@ -227,16 +227,15 @@ _ALL_OF = "s.tokens @> %(required)s::text[]"
 _GIVEN_DF = "SELECT term, df FROM unnest(%(terms)s::text[], %(dfs)s::float8[]) AS g(term, df)"
 
 
-def _pg_common_terms(terms: list[str]) -> dict[str, float] | None:
+def _pg_common_terms(cursor, terms: list[str]) -> dict[str, float]:  # noqa: ANN001 - a DB-API cursor
     """The share of rows holding each of these terms that PostgreSQL's statistics list among the
     token arrays' most common elements (``ANALYZE``, which autovacuum runs); a term not listed is
-    rarer than every listed one. None when the table has no statistics yet."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
-                       "WHERE schemaname = current_schema() AND tablename = 'memory_search' AND attname = 'tokens'")
-        row = cursor.fetchone()
+    rarer than every listed one. Empty when the table has no statistics yet."""
+    cursor.execute("SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
+                   "WHERE schemaname = current_schema() AND tablename = 'memory_search' AND attname = 'tokens'")
+    row = cursor.fetchone()
     if row is None or row[0] is None:
-        return None
+        return {}
     shares = dict(zip(row[0], row[1], strict=False))  # the frequencies list ends with 3 summary numbers
     return {term: float(shares[term]) for term in terms if term in shares}
 
@@ -246,8 +245,8 @@ def _pg_counted(terms: list[str]) -> tuple[list[tuple[int, str]], int]:
     postings are estimated from the statistics (counting them read a third of the table at a
     million rows: 0.1-0.5 s a term); the others are counted through the GIN index, up to the budget."""
     distinct = list(dict.fromkeys(terms))
-    shares = _pg_common_terms(distinct) or {}
     with connection.cursor() as cursor:
+        shares = _pg_common_terms(cursor, distinct)
         cursor.execute("SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'memory_search'::regclass")
         rows = int(cursor.fetchone()[0])
         counted = [(round(shares[term] * rows) if term in shares and rows else _postings(cursor, term), term)
@@ -275,9 +274,9 @@ def _postgresql_search(terms: list[str], where: _Where, limit: int) -> list[tupl
     if not chosen:
         return []
     present = [(count, term) for count, term in counted if count]
+    rarest = [term for _count, term in chosen]
     n = _namespace_rows(where)
     if sum(count for count, _term in chosen) <= WINDOW:
-        rarest = [term for _count, term in chosen]
         return _postgresql(where, limit, n, _ANY_OF, rarest, match=rarest)
     scale = n / table_rows if table_rows else 1.0  # the table's frequencies as the namespace's
     scored = [term for _count, term in present]
@@ -291,7 +290,6 @@ def _postgresql_search(terms: list[str], where: _Where, limit: int) -> list[tupl
             break
     else:
         window = max(WINDOW, limit)  # rows of the namespace already (not a window over every namespace's, as SQLite's)
-        rarest = [term for _count, term in chosen]
         for memory_id, score in _postgresql(where, limit, n, _ANY_OF, scored, dfs=dfs, match=rarest, window=window):
             hits.setdefault(memory_id, score)
     return sorted(hits.items(), key=lambda hit: -hit[1])[:limit]
