@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from typing import Any
 
+import numpy as np
+
+from memories.embeddings import calibrate, from_bytes
 from memories.models import Memory
 from memories.temporal import fact_chain, valid_start
 from search.scored import Scored
@@ -123,3 +126,71 @@ def with_history(items: list[Scored], *, namespace: str, as_of: datetime | None,
         seen.update(m.id for m in chain)
         results += 1
     return out
+
+
+# --------------------------------------------------------------------------- later restatements first
+
+
+@dataclass(frozen=True)
+class Restatements:
+    """When a later statement passes an earlier one (``newer_first``; docs/facts-over-time.md,
+    decision 0021). Both in calibrated similarity, the scale dedup's thresholds use."""
+
+    similarity: float = 0.84  # the two stored vectors at least this alike (e5: raw cosine 0.92)
+    margin: float = 0.04  # the later one's semantic score at most this below the earlier one's
+    depth: int = 10  # among the first results
+
+
+RESTATEMENTS = Restatements()
+
+
+def newer_first(items: list[Scored], *, curve: tuple[tuple[float, float], ...],
+                rule: Restatements = RESTATEMENTS) -> list[Scored]:
+    """Among the first ``rule.depth`` results, a fact that restates a higher-ranked one (their
+    stored vectors at least ``rule.similarity`` alike), answers the question about as well (its
+    semantic score within ``rule.margin``) and holds from later goes before it, taking its place
+    and score. Nothing said they are versions of one fact (no key, no ``supersedes``), so nothing is
+    hidden or marked: of two statements that alike, the later one is more likely the current one."""
+    head = items[:rule.depth]
+    facts = [item.memory for item in head if _eligible(item) and item.memory is not None]
+    if len(facts) < 2:
+        return items
+    vectors = _vectors(facts)
+    out = list(head)
+    for i in range(len(out)):
+        while (later := _latest_restatement(out, i, vectors, curve, rule)) is not None:
+            moved = out.pop(later)
+            moved.score = max(moved.score, out[i].score)
+            out.insert(i, moved)
+    return out + items[rule.depth:]
+
+
+def _eligible(item: Scored) -> bool:
+    """A fact (not a message of a thread: turns are events, not versions) found by meaning."""
+    return item.memory is not None and not item.memory.thread and item.semantic is not None
+
+
+def _vectors(memories: Sequence[Memory]) -> dict[uuid.UUID, np.ndarray]:
+    """The stored embeddings of these memories, unit length (one query; those without one are left out)."""
+    rows = Memory.objects.filter(id__in=[m.id for m in memories]).values_list("id", "embedding")
+    vectors = {memory_id: from_bytes(blob) for memory_id, blob in rows if blob}
+    return {memory_id: v / n for memory_id, v in vectors.items() if (n := float(np.linalg.norm(v))) > 0}
+
+
+def _latest_restatement(out: list[Scored], i: int, vectors: dict[uuid.UUID, np.ndarray],
+                        curve: tuple[tuple[float, float], ...], rule: Restatements) -> int | None:
+    """The position after ``i`` of the latest restatement of ``out[i]`` that may pass it, if any."""
+    a = out[i].memory
+    if a is None or not _eligible(out[i]) or a.id not in vectors:
+        return None
+    floor = (out[i].semantic or 0.0) - rule.margin
+    best, best_start = None, valid_start(a)
+    for j in range(i + 1, len(out)):
+        b = out[j].memory
+        if b is None or not _eligible(out[j]) or b.id not in vectors or (out[j].semantic or 0.0) < floor:
+            continue
+        if valid_start(b) <= best_start or (a.fact_key and b.fact_key):  # two keys: the write side chains them
+            continue
+        if float(calibrate(float(vectors[a.id] @ vectors[b.id]), curve)) >= rule.similarity:
+            best, best_start = j, valid_start(b)
+    return best

@@ -186,6 +186,8 @@ class SearchConfig(_Strict):
     # Beyond the seed: how the two ranked lists are fused and how deep each side goes.
     fusion: Literal["minmax", "zscore", "rrf"] = "minmax"
     candidate_depth: int = Field(default=20, ge=10, le=1000)
+    # Of two near-identical facts without keys, the one valid from later first (docs/facts-over-time.md).
+    later_restatements_first: bool = True
 
 
 class SecurityConfig(_Strict):

@@ -90,6 +90,17 @@ class LifoThreadPool(Executor):
                 self._waiting.append(call)
         return future
 
+    def submit_if_idle(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any] | None:
+        """Like :meth:`submit` when a thread is idle or may be started; None (nothing queued)
+        when every thread is busy: the caller does the work itself instead of waiting."""
+        with self._lock:
+            if self._shutdown or (not self._idle and len(self._threads) >= self._max_workers):
+                return None
+        try:
+            return self.submit(fn, *args, **kwargs)
+        except RuntimeError:  # shut down meanwhile
+            return None
+
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
             self._shutdown = True
@@ -172,6 +183,24 @@ def _settle(outcome: _Outcome) -> None:
 # takes the next call (:class:`LifoThreadPool`), so a light load keeps one thread's caches warm.
 READ_POOL = LifoThreadPool(12, thread_name_prefix="bhgbrain-read")
 WRITE_POOL = LifoThreadPool(12, thread_name_prefix="bhgbrain-write")
+# One side of a hybrid search (the vector search) runs here while the caller scores the other
+# (search/selectors.py): as many threads as there are cores to run both on, and a search that finds
+# them all busy runs both sides itself (``submit_if_idle``), so a burst never queues behind it.
+SIDE_POOL = LifoThreadPool(max(1, min(4, os.cpu_count() or 1)), thread_name_prefix="bhgbrain-side")
+
+
+def run_beside(work: Callable[[], T]) -> Future[T] | None:
+    """``work()`` on a side thread (:data:`SIDE_POOL`) with the caller's context (its degraded-path
+    notes, its step timers), or None, running nothing, when every side thread is busy or the caller
+    is inside a transaction (another thread's connection would not see its uncommitted writes)."""
+    if any(conn.in_atomic_block for conn in connections.all(initialized_only=True)):
+        return None
+    return SIDE_POOL.submit_if_idle(_side_call, contextvars.copy_context(), work)
+
+
+def _side_call(context: contextvars.Context, work: Callable[[], T]) -> T:
+    drop_broken_connections()
+    return context.run(work)
 
 
 def in_pool(executor: Executor, work: Callable[..., T], *args: Any) -> Awaitable[T]:

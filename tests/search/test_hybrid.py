@@ -1,12 +1,14 @@
 """Semantic search (real e5), hybrid fusion, fuse()/apply_priors() units, degraded mode."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 from datetime import timedelta
 
 import numpy as np
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from bhgbrain_site.core.config import HybridWeights
@@ -364,18 +366,28 @@ def test_priors_never_push_score_above_one() -> None:
     assert items[0].score <= 1.0
 
 
-# --------------------------------------------------------------------------- the query embeds while full-text scores
+# --------------------------------------------------------------------------- the query first, then both sides at once
 
 
 class StartedQueries(HashEmbedder):
-    """A hash embedder whose queries are started like the local model's (a future from its own thread)."""
+    """A hash embedder whose queries are started like the local model's: a future its own thread
+    completes a moment later (``fail``: with EmbeddingUnavailable). ``events`` records the order."""
 
     def __init__(self) -> None:
-        self.started: list[Future[np.ndarray]] = []
+        self.events: list[str] = []
+        self.fail = False
 
     def start_query(self, text: str) -> Future[np.ndarray]:
         future: Future[np.ndarray] = Future()
-        self.started.append(future)
+
+        def answer() -> None:
+            self.events.append("embedded")
+            if self.fail:
+                future.set_exception(EmbeddingUnavailable("model gone"))
+            else:
+                future.set_result(self.embed_query(text))
+
+        threading.Timer(0.05, answer).start()
         return future
 
 
@@ -387,22 +399,25 @@ def started_queries(hash_embedder) -> StartedQueries:  # noqa: ANN001 - the fixt
     return embedder
 
 
-def test_hybrid_scores_fulltext_while_the_query_embeds(started_queries: StartedQueries,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    target = remember("The billing service runs on Kubernetes").id
-    remember(DISTRACTORS[0])
-    events: list[str] = []
+def _recording_fulltext(started_queries: StartedQueries, monkeypatch: pytest.MonkeyPatch) -> None:
     real_search = fulltext.search
 
     def fulltext_search(*args: object, **kwargs: object) -> object:
-        pending = started_queries.started
-        events.append(f"fulltext with {len(pending)} started, done={pending[0].done() if pending else None}")
-        pending[0].set_result(started_queries.embed_passage("billing kubernetes"))  # the model answers meanwhile
+        started_queries.events.append("fulltext")
         return real_search(*args, **kwargs)
 
     monkeypatch.setattr(fulltext, "search", fulltext_search)
+
+
+def test_hybrid_embeds_the_query_before_scoring_fulltext(started_queries: StartedQueries,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model has the cores to itself: full-text scored meanwhile slowed the query's embedding."""
+    target = remember("The billing service runs on Kubernetes").id
+    remember(DISTRACTORS[0])
+    _recording_fulltext(started_queries, monkeypatch)
+
     found = search("billing kubernetes", "hybrid")
-    assert events == ["fulltext with 1 started, done=False"]  # started first, not waited for
+    assert started_queries.events == ["embedded", "fulltext"]
     assert ids(found)[0] == target
     assert any(f.semantic is not None for f in found) and any(f.fulltext is not None for f in found)
 
@@ -410,13 +425,34 @@ def test_hybrid_scores_fulltext_while_the_query_embeds(started_queries: StartedQ
 def test_hybrid_degrades_to_fulltext_when_the_started_query_fails(started_queries: StartedQueries,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     target = remember("The billing service runs on Kubernetes").id
-    real_search = fulltext.search
+    started_queries.fail = True
+    _recording_fulltext(started_queries, monkeypatch)
 
-    def fulltext_search(*args: object, **kwargs: object) -> object:
-        started_queries.started[0].set_exception(EmbeddingUnavailable("model gone"))
-        return real_search(*args, **kwargs)
-
-    monkeypatch.setattr(fulltext, "search", fulltext_search)
     found = search("billing kubernetes", "hybrid")
+    assert started_queries.events == ["embedded", "fulltext"]
     assert ids(found) == [target]
     assert found[0].semantic is None and found[0].fulltext is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_vector_search_runs_beside_the_fulltext_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a transaction the vector search runs on a side thread while this one scores full
+    text; inside one (a caller's uncommitted writes) both run here."""
+    import search.selectors as selectors
+
+    target = remember("The billing service runs on Kubernetes").id
+    remember(DISTRACTORS[0])
+    threads: list[str] = []
+    real_hits = selectors.vector_hits
+
+    def vector_hits(*args: object, **kwargs: object) -> object:
+        threads.append(threading.current_thread().name)
+        return real_hits(*args, **kwargs)
+
+    monkeypatch.setattr(selectors, "vector_hits", vector_hits)
+    found = search("billing kubernetes", "hybrid")
+    assert ids(found)[0] == target and found[0].semantic is not None and found[0].fulltext is not None
+    assert threads and threads[-1].startswith("bhgbrain-side")
+    with transaction.atomic():
+        assert ids(search("billing kubernetes", "hybrid"))[0] == target
+    assert threads[-1] == threading.current_thread().name

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from concurrent.futures import CancelledError, wait
 
 import pytest
 
-from bhgbrain_site.core.pools import READ_POOL, WRITE_POOL, LifoThreadPool, in_pool
+from bhgbrain_site.core.pools import READ_POOL, WRITE_POOL, LifoThreadPool, in_pool, run_beside
 from tests.conftest import each_thread
 
 TIMEOUT = 10
@@ -191,3 +192,36 @@ def test_each_thread_runs_work_once_on_every_started_thread(pool):
 
     assert each_thread(pool, note) == 4
     assert sorted(ran) == sorted(started)  # each thread once, none twice
+
+
+def test_submit_if_idle_runs_on_a_free_thread_and_never_queues():
+    pool = LifoThreadPool(1, thread_name_prefix="test-side")
+    try:
+        assert pool.submit_if_idle(_thread_name).result(TIMEOUT) == "test-side_0"
+        release = threading.Event()
+        busy = pool.submit(release.wait, TIMEOUT)
+        assert pool.submit_if_idle(_thread_name) is None  # its one thread is busy: nothing queued
+        release.set()
+        busy.result(TIMEOUT)
+        assert pool.submit_if_idle(_thread_name).result(TIMEOUT) == "test-side_0"
+    finally:
+        pool.shutdown()
+    assert pool.submit_if_idle(_thread_name) is None  # shut down
+
+
+def test_run_beside_carries_the_caller_s_context():
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+    marker.set("caller")
+    future = run_beside(lambda: (marker.get(), threading.current_thread().name))
+    assert future is not None
+    value, name = future.result(TIMEOUT)
+    assert value == "caller" and name.startswith("bhgbrain-side")
+
+
+@pytest.mark.django_db
+def test_run_beside_declines_inside_a_transaction():
+    """Another thread's connection would not see the caller's uncommitted writes."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        assert run_beside(_thread_name) is None
