@@ -171,10 +171,10 @@ def _eligible(item: Scored) -> bool:
 
 
 def _vectors(memories: Sequence[Memory]) -> dict[uuid.UUID, np.ndarray]:
-    """The stored embeddings of these memories, unit length (one query; those without one are left out)."""
+    """The stored embeddings of these memories (unit vectors, as dedup reads them; one query;
+    those without one are left out)."""
     rows = Memory.objects.filter(id__in=[m.id for m in memories]).values_list("id", "embedding")
-    vectors = {memory_id: from_bytes(blob) for memory_id, blob in rows if blob}
-    return {memory_id: v / n for memory_id, v in vectors.items() if (n := float(np.linalg.norm(v))) > 0}
+    return {memory_id: from_bytes(blob) for memory_id, blob in rows if blob}
 
 
 def _latest_restatement(out: list[Scored], i: int, vectors: dict[uuid.UUID, np.ndarray],

@@ -78,28 +78,32 @@ class LifoThreadPool(Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         future: Future[Any] = Future()
-        call: _Call = (future, fn, args, kwargs)
-        with self._lock:
-            if self._shutdown:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            if self._idle:
-                self._hand(self._idle.pop(), call)
-            elif len(self._threads) < self._max_workers:
-                self._start(call)
-            else:
-                self._waiting.append(call)
+        self._place((future, fn, args, kwargs), wait=True)
         return future
 
     def submit_if_idle(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any] | None:
         """Like :meth:`submit` when a thread is idle or may be started; None (nothing queued)
-        when every thread is busy: the caller does the work itself instead of waiting."""
+        when every thread is busy or the pool is shut down: the caller does the work itself."""
+        future: Future[Any] = Future()
+        return future if self._place((future, fn, args, kwargs), wait=False) else None
+
+    def _place(self, call: _Call, *, wait: bool) -> bool:
+        """Hand ``call`` to an idle thread or a new one; else queue it (``wait``) or refuse it.
+        One hold of the lock: no thread can become busy between the look and the hand-off."""
         with self._lock:
-            if self._shutdown or (not self._idle and len(self._threads) >= self._max_workers):
-                return None
-        try:
-            return self.submit(fn, *args, **kwargs)
-        except RuntimeError:  # shut down meanwhile
-            return None
+            if self._shutdown:
+                if wait:
+                    raise RuntimeError("cannot schedule new futures after shutdown")
+                return False
+            if self._idle:
+                self._hand(self._idle.pop(), call)
+            elif len(self._threads) < self._max_workers:
+                self._start(call)
+            elif wait:
+                self._waiting.append(call)
+            else:
+                return False
+        return True
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
