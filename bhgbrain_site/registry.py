@@ -31,7 +31,7 @@ from bhgbrain_site.core.contracts import ERROR_ECHO_MAX, RESOURCES, TOOLS
 from bhgbrain_site.core.errors import DomainError, Forbidden, InvalidInput, NotFound, describe_validation_error, storage_reason
 from bhgbrain_site.core.inputs import check_storable
 from bhgbrain_site.core.metrics import metrics
-from bhgbrain_site.core.pools import READ_POOL, WRITE_POOL, drop_broken_connections
+from bhgbrain_site.core.pools import EMBED_POOL, READ_POOL, WRITE_POOL, drop_broken_connections
 from bhgbrain_site.core.write_rate import write_admit
 
 T = TypeVar("T")
@@ -67,6 +67,7 @@ class Operation:
     title: str = ""  # a human name (MCP clients show it)
     output_model: type[BaseModel] | None = None  # the shape of every successful result
     hints: Hints = field(default_factory=Hints)
+    embeds: bool = False  # may embed passages: waits for the model (runs in the embedding writes' pool)
 
     @property
     def description(self) -> str:
@@ -117,16 +118,17 @@ _load_lock = threading.Lock()
 def operation(
     name: str, input_model: type[BaseModel], *, writes: Callable[[Any], bool] = _never,
     whole_store: bool = False, tool: bool = True, scoped: bool = True, title: str = "",
-    output: type[BaseModel] | None = None, hints: Hints | None = None,
+    output: type[BaseModel] | None = None, hints: Hints | None = None, embeds: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Register ``handler(params, ctx)`` under ``name``; its docstring is the description,
-    ``output`` the model of its results, ``title`` and ``hints`` what clients show and assume."""
+    ``output`` the model of its results, ``title`` and ``hints`` what clients show and assume,
+    ``embeds`` whether a call may wait for the embedding model (the pool it runs in)."""
 
     def register(handler: Handler) -> Handler:
         if name in _operations:
             raise RuntimeError(f"operation {name!r} is registered twice")
         _operations[name] = Operation(name, input_model, handler, writes, whole_store, tool, scoped, title, output,
-                                      hints or Hints())
+                                      hints or Hints(), embeds)
         return handler
 
     return register
@@ -157,11 +159,15 @@ def get_operation(name: str) -> Operation:
 
 
 def executor_for(name: str) -> Executor:
-    """The read pool for an operation that never writes, the write pool otherwise (and for unknown names)."""
+    """The read pool for an operation that never writes, the embedding writes' pool for one that
+    may embed passages, the write pool otherwise (and for unknown names)."""
     try:
-        return READ_POOL if get_operation(name).read_only else WRITE_POOL
+        found = get_operation(name)
     except DomainError:
         return WRITE_POOL
+    if found.read_only:
+        return READ_POOL
+    return EMBED_POOL if found.embeds else WRITE_POOL
 
 
 def input_model(name: str) -> type[BaseModel]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any, ClassVar
 
 from asgiref.sync import sync_to_async
@@ -21,7 +22,7 @@ from rest_framework.response import Response
 from bhgbrain_site import registry
 from bhgbrain_site.core.calls import CallContext
 from bhgbrain_site.core.errors import InvalidInput, error_for_status, to_envelope
-from bhgbrain_site.core.pools import READ_POOL, WRITE_POOL
+from bhgbrain_site.core.pools import EMBED_POOL, READ_POOL, WRITE_POOL
 
 # Set on the views OperationViewSet.as_view makes: bhgbrain_site.server.asgi_routes serves them straight
 # from ASGI (they need none of Django's middleware: no session, no CSRF, no cookie).
@@ -67,17 +68,26 @@ def _plain(response: HttpResponse) -> HttpResponse:
     return plain
 
 
+def _pool(viewset: type[OperationViewSet], method: str, action: str | None) -> Executor:
+    """The pool a request to this viewset runs in (bhgbrain_site.core.pools)."""
+    if method in SAFE_METHODS or viewset.reads_only:
+        return READ_POOL
+    return EMBED_POOL if action in viewset.embedding_actions else WRITE_POOL
+
+
 class OperationViewSet(viewsets.ViewSet):
     """Each action gathers an operation's arguments and returns what the operation returns.
 
     Under ASGI the (synchronous) DRF view runs in the registry's thread pools, like /tool and
     MCP calls: the read pool for GET and for a viewset whose POSTs only read (``reads_only``),
-    the write pool otherwise. Left to Django, each request would run on a thread created for it,
+    the embedding writes' pool for an action that stores passages (``embedding_actions``: they wait
+    for the model), the write pool otherwise. Left to Django, each request would run on a thread created for it,
     with a database connection opened and closed for it. Under WSGI (and Django's test client)
     the view runs in the caller's thread, as a plain DRF view does.
     """
 
     reads_only: ClassVar[bool] = False  # search and recall: POST, but nothing written
+    embedding_actions: ClassVar[frozenset[str]] = frozenset()  # actions that embed (registry.Operation.embeds)
 
     @classmethod
     def as_view(cls, actions: dict[str, str] | None = None, **initkwargs: Any) -> Callable[..., Any]:
@@ -90,8 +100,7 @@ class OperationViewSet(viewsets.ViewSet):
         async def pooled(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not isinstance(request, ASGIRequest):  # WSGI, the test client: the caller's own thread
                 return await sync_to_async(run, thread_sensitive=True)(request, *args, **kwargs)
-            reads = request.method in SAFE_METHODS or cls.reads_only
-            executor = READ_POOL if reads else WRITE_POOL
+            executor = _pool(cls, request.method or "GET", (actions or {}).get((request.method or "GET").lower()))
             return await sync_to_async(run, thread_sensitive=False, executor=executor)(request, *args, **kwargs)
 
         setattr(pooled, POOLED, True)

@@ -19,6 +19,7 @@ NAME = OpenApiParameter("name", str, OpenApiParameter.PATH, description="the col
 
 
 class MemoryViewSet(OperationViewSet):
+    embedding_actions = frozenset({"create"})  # remember
     lookup_url_kwarg = "memory_id"
     lookup_value_regex = "[^/]+"
 
@@ -98,6 +99,7 @@ THREAD = OpenApiParameter("thread", str, OpenApiParameter.PATH, description="the
 
 
 class ThreadViewSet(OperationViewSet):
+    embedding_actions = frozenset({"messages"})  # thread_append
     lookup_url_kwarg = "thread"
     lookup_value_regex = "[^/]+"
 

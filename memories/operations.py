@@ -117,7 +117,7 @@ def _remember_input(message: _MessageFields, *, namespace: str, collection: str 
 
 
 @operation("remember", RememberParams, writes=_always, title="Remember", output=outputs.Remembered,
-           hints=Hints(idempotent=True))  # the same content again is a NOOP with the same id
+           hints=Hints(idempotent=True), embeds=True)  # the same content again is a NOOP with the same id
 def remember(params: RememberParams, ctx: CallContext) -> dict[str, Any]:
     """Store a memory. Content is normalised, checked for secrets, deduplicated (exact
     checksum, then semantic similarity within the collection) and given a retention tier
@@ -148,7 +148,7 @@ class ThreadAppendParams(Input):
 
 
 @operation("thread_append", ThreadAppendParams, writes=_always, title="Append to a thread",
-           output=outputs.ThreadAppended, hints=Hints(idempotent=True))  # a re-sent message is a NOOP
+           output=outputs.ThreadAppended, hints=Hints(idempotent=True), embeds=True)  # a re-sent message is a NOOP
 def thread_append(params: ThreadAppendParams, ctx: CallContext) -> dict[str, Any]:
     """Append up to 500 messages to a conversation thread at once (each: content, speaker,
     occurred_at, message_id, …): embedded in one batch and written in one transaction. Each
@@ -240,7 +240,7 @@ class BootstrapParams(Input):
 
 
 @operation("bootstrap", BootstrapParams, writes=lambda p: p.action in ("submit", "reset"), title="Profile interview",
-           output=outputs.BootstrapResult, hints=Hints(destructive=True))  # reset forgets a section's memories
+           output=outputs.BootstrapResult, hints=Hints(destructive=True), embeds=True)  # reset forgets a section's memories
 def bootstrap_(params: BootstrapParams, ctx: CallContext) -> dict[str, Any]:
     """Guided interview that builds a work profile in 10 sections (identity, responsibilities,
     goals, communication, work patterns, tools, entities, repositories, tenants, operating
@@ -269,7 +269,7 @@ class ImportParams(Input):
 
 
 @operation("import", ImportParams, writes=lambda p: not p.dry_run, title="Import a profile or text",
-           output=outputs.Imported, hints=Hints(idempotent=True))  # every paragraph is deduplicated
+           output=outputs.Imported, hints=Hints(idempotent=True), embeds=True)  # every paragraph is deduplicated
 def import_(params: ImportParams, ctx: CallContext) -> dict[str, Any]:
     """Import a structured profile (format "profile": sections by markdown heading, mapped to
     the bootstrap sections) or freeform text (paragraphs) as memories. dry_run returns previews

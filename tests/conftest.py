@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from django.conf import settings
 
-from bhgbrain_site.core.pools import READ_POOL, SIDE_POOL, WRITE_POOL
+from bhgbrain_site.core.pools import EMBED_POOL, READ_POOL, SIDE_POOL, WRITE_POOL
 from memories import embeddings
 from memories.access import tracker
 from memories.embeddings import IDENTITY_CURVE, LocalE5Embedder
@@ -90,7 +90,7 @@ def _pool_connections_closed_at_the_end(django_db_setup: None, django_db_blocker
 
 
     with django_db_blocker.unblock():
-        for pool in (READ_POOL, WRITE_POOL, SIDE_POOL):
+        for pool in (READ_POOL, WRITE_POOL, EMBED_POOL, SIDE_POOL):
             try:
                 each_thread(pool, connections.close_all, timeout=10)
             except Exception as exc:  # noqa: BLE001 - a thread still busy: the drop may warn, nothing fails

@@ -179,14 +179,20 @@ def _settle(outcome: _Outcome) -> None:
 
 # --------------------------------------------------------------------------- the operations' pools
 
-# Operations run in two thread pools, shared by every transport of the process (HTTP and MCP),
-# instead of the event loop's default one: calls that write (remember embeds a passage, takes
-# the write lock) queue in their own pool, so a burst of writes never holds every thread while
-# a search waits for one. Each thread keeps its database connection between calls (no
-# connection set-up per call); the registry's call drops one that broke (:func:`drop_broken_connections`). The thread that finished last
-# takes the next call (:class:`LifoThreadPool`), so a light load keeps one thread's caches warm.
+# Operations run in three thread pools, shared by every transport of the process (HTTP and MCP),
+# instead of the event loop's default one: calls that write queue apart from those that only
+# read, so a burst of writes never holds every thread while a search waits for one; and the
+# writes that embed passages (remember, thread_append, import...) queue apart from the other
+# writes: under a write burst each of their threads waits for the model (embedding it passage
+# after passage), and a forget or a tag queued behind them waited 0.3-0.7 s for a thread that
+# was only waiting (bench/load.py, docs/performance.md). Each thread keeps its database
+# connection between calls (no connection set-up per call; up to 12 + 12 + 12 + the side
+# threads a process under full load); the registry's call drops one that broke
+# (:func:`drop_broken_connections`). The thread that finished last takes the next call
+# (:class:`LifoThreadPool`), so a light load keeps one thread's caches warm.
 READ_POOL = LifoThreadPool(12, thread_name_prefix="bhgbrain-read")
 WRITE_POOL = LifoThreadPool(12, thread_name_prefix="bhgbrain-write")
+EMBED_POOL = LifoThreadPool(12, thread_name_prefix="bhgbrain-embed")
 # One side of a hybrid search (the vector search) runs here while the caller scores the other
 # (search/selectors.py): as many threads as there are cores to run both on, and a search that finds
 # them all busy runs both sides itself (``submit_if_idle``), so a burst never queues behind it.

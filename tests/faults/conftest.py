@@ -7,8 +7,10 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,40 @@ import pytest
 
 from tests.live_server import fresh_postgres, server_env, unavailable
 
-__all__ = ["unavailable", "store_backend", "query", "id_hex", "id_column", "cli", "store_task", "finished"]
+__all__ = ["unavailable", "store_backend", "query", "id_hex", "id_column", "cli", "store_task", "finished", "answer_json",
+           "answer_embeddings", "QuietHandler", "serve_in_thread"]
+
+
+def answer_json(handler: BaseHTTPRequestHandler, status: int, payload: dict[str, Any]) -> None:
+    """A stub HTTP server's JSON answer (the fake embedding providers of these tests)."""
+    raw = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(raw)))
+    handler.end_headers()
+    handler.wfile.write(raw)
+
+
+def answer_embeddings(handler: BaseHTTPRequestHandler, body: dict[str, Any], encode: Callable[[str], Any]) -> None:
+    """An OpenAI-compatible answer to a /v1/embeddings request ``body``: each input ``encode``d."""
+    texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
+    data = [{"object": "embedding", "index": i, "embedding": encode(text)} for i, text in enumerate(texts)]
+    answer_json(handler, 200, {"object": "list", "data": data, "model": body["model"],
+                               "usage": {"prompt_tokens": 0, "total_tokens": 0}})
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A stub server's request handler that logs nothing."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server API
+        return
+
+
+def serve_in_thread(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """A stub HTTP server on 127.0.0.1 (a free port), serving on a daemon thread."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 @pytest.fixture(scope="module")

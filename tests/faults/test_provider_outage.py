@@ -13,7 +13,6 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from retention.selectors import store_health
 from search.bm25.text_index import reset_text_index
 from search.selectors import memories_search
 from tests.conftest import remember
-from tests.faults.conftest import finished, store_task
+from tests.faults.conftest import QuietHandler, answer_embeddings, answer_json, finished, serve_in_thread, store_task
 from tests.live_server import LiveServer
 
 NS = "outage"
@@ -218,33 +217,17 @@ class FakeOpenAI:
         self.model, self.down, self.requests = model, threading.Event(), {"ok": 0, "503": 0}
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:  # noqa: N802 - the http.server API
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 if fake.down.is_set():
                     fake.requests["503"] += 1
-                    self._answer(503, {"error": {"message": "overloaded", "type": "server_error"}})
+                    answer_json(self, 503, {"error": {"message": "overloaded", "type": "server_error"}})
                     return
                 fake.requests["ok"] += 1
-                texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
-                data = [{"object": "embedding", "index": i, "embedding": fake.encode(text, body.get("encoding_format"))}
-                        for i, text in enumerate(texts)]
-                self._answer(200, {"object": "list", "data": data, "model": body["model"],
-                                   "usage": {"prompt_tokens": 0, "total_tokens": 0}})
+                answer_embeddings(self, body, lambda text: fake.encode(text, body.get("encoding_format")))
 
-            def _answer(self, status: int, payload: dict[str, Any]) -> None:
-                raw = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_in_thread(Handler)
 
     def encode(self, text: str, encoding: str | None) -> Any:
         vector = np.asarray(self.model.embed_passage(text), dtype=np.float32)

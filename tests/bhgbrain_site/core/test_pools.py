@@ -225,3 +225,18 @@ def test_run_beside_declines_inside_a_transaction():
 
     with transaction.atomic():
         assert run_beside(_thread_name) is None
+
+
+def test_each_operation_runs_in_the_pool_of_its_kind():
+    """Reads in the read pool; writes that may wait for the embedding model in their own pool, so
+    the other writes never queue behind them (tests/faults/test_write_admission.py)."""
+    from bhgbrain_site import registry
+    from bhgbrain_site.core.pools import EMBED_POOL
+
+    assert {name: registry.executor_for(name) for name in ("search", "recall", "remember", "thread_append", "import",
+                                                           "bootstrap", "forget", "tag", "no-such-operation")} == {
+        "search": READ_POOL, "recall": READ_POOL, "remember": EMBED_POOL, "thread_append": EMBED_POOL,
+        "import": EMBED_POOL, "bootstrap": EMBED_POOL, "forget": WRITE_POOL, "tag": WRITE_POOL,
+        "no-such-operation": WRITE_POOL}
+    embedding = {op.name for op in registry.operations() if registry.executor_for(op.name) is EMBED_POOL}
+    assert embedding == {"remember", "thread_append", "import", "bootstrap"}
