@@ -359,20 +359,26 @@ def _partition_sides(query: str, *, mode: Mode, namespace: str, collection: str 
                      now: datetime) -> tuple[list[Scored], list[tuple[str, float]]]:
     """The semantic hits (calibrated) and the raw BM25 hits of the namespace's current *and*
     superseded partitions, one pass each (BM25 with the two partitions' joint statistics), best
-    first (semantic empty without an embedder, unless ``mode`` is semantic: then EmbeddingUnavailable)."""
+    first (semantic empty without an embedder, unless ``mode`` is semantic: then EmbeddingUnavailable).
+    As in a default hybrid search (``_embedded_sides``), the query is embedded first, then the
+    vector search runs on a side thread while this one scores the full-text side."""
     pending: SemanticSearch | None = None
     if mode != "fulltext":
         try:
             pending = start_semantic(query)
+            pending.ready()
         except EmbeddingUnavailable:
             if mode == "semantic":
                 raise
+            pending = None
+    semantic_side = functools.partial(pending, namespace=namespace, collection=collection, limit=limit, now=now,
+                                      versions="all") if pending else None
+    beside = run_beside(semantic_side) if semantic_side is not None and mode != "semantic" else None
     text: list[tuple[str, float]] = []
     if mode != "semantic":
         text = _bm25_hits(query, namespace=namespace, collection=collection, limit=limit, now=now, versions="all")
     try:
-        semantic = pending(namespace=namespace, collection=collection, limit=limit, now=now, versions="all") \
-            if pending else []
+        semantic = (beside.result() if beside is not None else semantic_side()) if semantic_side is not None else []
     except EmbeddingUnavailable:
         if mode == "semantic":
             raise

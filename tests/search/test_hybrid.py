@@ -21,6 +21,7 @@ from memories.models import Memory
 from search import fulltext
 from search.selectors import HybridParams, Scored, apply_priors, fuse, memories_recall, memories_search
 from search.services import recall_run, search_run
+from search.temporal import CURRENT, TimeScope
 from tests.conftest import HashEmbedder, remember
 
 pytestmark = pytest.mark.django_db
@@ -48,8 +49,9 @@ def ids(items: list[Scored]) -> list[str]:
 
 
 def search(query: str, mode: str, *, namespace: str = "global", collection: str | None = None, limit: int = 10,
-           params: HybridParams | None = None) -> list[Scored]:
-    return memories_search(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit, params=params)
+           params: HybridParams | None = None, scope: TimeScope = CURRENT) -> list[Scored]:
+    return memories_search(query=query, namespace=namespace, collection=collection, mode=mode, limit=limit, params=params,
+                           scope=scope)
 
 
 def remember_without_vector(content: str, embedder: object, **fields: object) -> str:
@@ -409,33 +411,39 @@ def _recording_fulltext(started_queries: StartedQueries, monkeypatch: pytest.Mon
     monkeypatch.setattr(fulltext, "search", fulltext_search)
 
 
-def test_hybrid_embeds_the_query_before_scoring_fulltext(started_queries: StartedQueries,
+AS_OF_NOW = TimeScope(as_of=timezone.now() + timedelta(days=1))  # a search "as of" a time: both partitions
+
+
+@pytest.mark.parametrize("scope", [CURRENT, AS_OF_NOW], ids=["current", "as_of"])
+def test_hybrid_embeds_the_query_before_scoring_fulltext(started_queries: StartedQueries, scope: TimeScope,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The model has the cores to itself: full-text scored meanwhile slowed the query's embedding."""
     target = remember("The billing service runs on Kubernetes").id
     remember(DISTRACTORS[0])
     _recording_fulltext(started_queries, monkeypatch)
 
-    found = search("billing kubernetes", "hybrid")
-    assert started_queries.events == ["embedded", "fulltext"]
+    found = search("billing kubernetes", "hybrid", scope=scope)
+    assert started_queries.events[:2] == ["embedded", "fulltext"]
     assert ids(found)[0] == target
     assert any(f.semantic is not None for f in found) and any(f.fulltext is not None for f in found)
 
 
-def test_hybrid_degrades_to_fulltext_when_the_started_query_fails(started_queries: StartedQueries,
+@pytest.mark.parametrize("scope", [CURRENT, AS_OF_NOW], ids=["current", "as_of"])
+def test_hybrid_degrades_to_fulltext_when_the_started_query_fails(started_queries: StartedQueries, scope: TimeScope,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     target = remember("The billing service runs on Kubernetes").id
     started_queries.fail = True
     _recording_fulltext(started_queries, monkeypatch)
 
-    found = search("billing kubernetes", "hybrid")
-    assert started_queries.events == ["embedded", "fulltext"]
+    found = search("billing kubernetes", "hybrid", scope=scope)
+    assert started_queries.events[:2] == ["embedded", "fulltext"]
     assert ids(found) == [target]
     assert found[0].semantic is None and found[0].fulltext is not None
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_vector_search_runs_beside_the_fulltext_side(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("scope", [CURRENT, AS_OF_NOW], ids=["current", "as_of"])
+def test_the_vector_search_runs_beside_the_fulltext_side(scope: TimeScope, monkeypatch: pytest.MonkeyPatch) -> None:
     """Outside a transaction the vector search runs on a side thread while this one scores full
     text; inside one (a caller's uncommitted writes) both run here."""
     import search.selectors as selectors
@@ -450,9 +458,9 @@ def test_the_vector_search_runs_beside_the_fulltext_side(monkeypatch: pytest.Mon
         return real_hits(*args, **kwargs)
 
     monkeypatch.setattr(selectors, "vector_hits", vector_hits)
-    found = search("billing kubernetes", "hybrid")
+    found = search("billing kubernetes", "hybrid", scope=scope)
     assert ids(found)[0] == target and found[0].semantic is not None and found[0].fulltext is not None
     assert threads and threads[-1].startswith("bhgbrain-side")
     with transaction.atomic():
-        assert ids(search("billing kubernetes", "hybrid"))[0] == target
+        assert ids(search("billing kubernetes", "hybrid", scope=scope))[0] == target
     assert threads[-1] == threading.current_thread().name
