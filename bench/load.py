@@ -440,22 +440,40 @@ async def _miss_details(url: str, memory_id: str, content: str, namespace: str, 
     return "; ".join(seen)
 
 
+def vector_passages(memory_ids: list[str]) -> dict[str, str]:
+    """The text each memory's vector was computed over (memories.conversations.passage): a thread's
+    message is embedded after the end of the turn before it, so its words alone may rank it below
+    the 50 best of a store made of the same sentences (a miss of the audit, not of the index)."""
+    import uuid
+
+    from memories.conversations import passage
+    from memories.models import Memory
+
+    rows = Memory.objects.filter(id__in=[uuid.UUID(i) for i in memory_ids])
+    return {str(memory.id): passage(memory) for memory in rows}
+
+
 async def index_audit(url: str, ledger: Ledger, sample: int, seed: int) -> list[str]:
     """The server's in-process indexes agree with the database: a sample of acknowledged ADDs is
-    found by full-text and semantic search, forgotten memories never come back."""
+    found by full-text search (its words) and by semantic search (the text its vector was computed
+    over), forgotten memories never come back."""
     rng = random.Random(seed)
     kept = [(i, c) for i, c in ledger.added_content.items() if i not in ledger.forgotten]
     gone = [(i, ledger.added_content[i]) for i in ledger.forgotten if i in ledger.added_content]
     problems: list[str] = []
+    sampled = rng.sample(kept, min(sample, len(kept)))
+    passages = await asyncio.to_thread(vector_passages, [memory_id for memory_id, _ in sampled])
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
-        for memory_id, content in rng.sample(kept, min(sample, len(kept))):
+        for memory_id, content in sampled:
             namespace = ledger.remembered[memory_id]
             for mode in ("fulltext", "semantic"):
-                body = (await client.post("/tool/search", json={"query": content[:500], "namespace": namespace,
+                # a query holds at most 500 characters: a passage's end (the message comes last), a text's start
+                query = passages.get(memory_id, content)[-500:] if mode == "semantic" else content[:500]
+                body = (await client.post("/tool/search", json={"query": query, "namespace": namespace,
                                                                 "mode": mode, "limit": 50})).json()
                 if memory_id not in {r["id"] for r in body.get("results", [])}:
                     problems.append(f"{mode} search does not find acknowledged memory {memory_id}"
-                                    f" ({await _miss_details(url, memory_id, content, namespace, mode)})")
+                                    f" ({await _miss_details(url, memory_id, query, namespace, mode)})")
         for memory_id, content in rng.sample(gone, min(sample, len(gone))):
             body = (await client.post("/tool/search", json={"query": content[:500], "namespace": ledger.forgotten[memory_id],
                                                             "mode": "hybrid", "limit": 50})).json()
