@@ -56,7 +56,9 @@ class HeldProvider:
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
 
-def _remember(live: LiveServer, content: str) -> httpx.Response:
+def _remember(live: LiveServer, content: str, sent: threading.Semaphore | None = None) -> httpx.Response:
+    if sent is not None:
+        sent.release()
     return httpx.post(f"{live.url}/tool/remember", json={"content": content, "namespace": NS}, timeout=120)
 
 
@@ -72,13 +74,13 @@ def test_forget_and_tag_answer_while_every_remember_waits_for_the_model(tmp_path
         kept = [_remember(live, f"Kept fact number {i}: the harbour crane {i} is inspected monthly").json()["id"]
                 for i in range(3)]
         provider.release.clear()
+        sent = threading.Semaphore(0)
         held: list[Future[httpx.Response]] = [
-            clients.submit(_remember, live, f"Held fact {i}: the lighthouse lamp {i} was replaced") for i in range(HELD)]
+            clients.submit(_remember, live, f"Held fact {i}: the lighthouse lamp {i} was replaced", sent)
+            for i in range(HELD)]
         assert provider.arrived.wait(60), "no remember reached the provider"
-        for _ in range(40):  # every remember sent is in the server (answered by nothing yet)
-            if not any(f.done() for f in held) and clients._work_queue.empty():  # noqa: SLF001 - the clients' own queue
-                break
-            threading.Event().wait(0.05)
+        assert all(sent.acquire(timeout=60) for _ in range(HELD)), "not every remember was sent"
+        threading.Event().wait(0.5)  # the last ones sent reach the server's pool
 
         forgot = httpx.post(f"{live.url}/tool/forget", json={"id": kept[0], "namespace": NS}, timeout=QUICK_S)
         tagged = httpx.post(f"{live.url}/tool/tag", json={"id": kept[1], "add": ["crane"], "namespace": NS},
