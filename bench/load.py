@@ -453,16 +453,15 @@ def vector_passages(memory_ids: list[str]) -> dict[str, str]:
     return {str(memory.id): passage(memory) for memory in rows}
 
 
-async def index_audit(url: str, ledger: Ledger, sample: int, seed: int) -> list[str]:
+async def index_audit(url: str, ledger: Ledger, sample: int, seed: int, passages: dict[str, str]) -> list[str]:
     """The server's in-process indexes agree with the database: a sample of acknowledged ADDs is
     found by full-text search (its words) and by semantic search (the text its vector was computed
-    over), forgotten memories never come back."""
+    over, ``passages``: vector_passages), forgotten memories never come back."""
     rng = random.Random(seed)
     kept = [(i, c) for i, c in ledger.added_content.items() if i not in ledger.forgotten]
     gone = [(i, ledger.added_content[i]) for i in ledger.forgotten if i in ledger.added_content]
     problems: list[str] = []
     sampled = rng.sample(kept, min(sample, len(kept)))
-    passages = await asyncio.to_thread(vector_passages, [memory_id for memory_id, _ in sampled])
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         for memory_id, content in sampled:
             namespace = ledger.remembered[memory_id]
@@ -564,7 +563,8 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
         model_busy = {kind: model_seconds(url).get(kind, 0.0) - model_before.get(kind, 0.0) for kind in ("query", "passage")}
         load_after = load_average()
         audit = database_audit(ledger)
-        audit["problems"] += asyncio.run(index_audit(url, ledger, args.audit_sample, args.seed))
+        passages = vector_passages(list(ledger.added_content))
+        audit["problems"] += asyncio.run(index_audit(url, ledger, args.audit_sample, args.seed, passages))
     finally:
         stop_server(proc)
     # the model alone again, after the run: the ratio uses the mean of both (a shared VM drifts)
