@@ -80,9 +80,9 @@ class OperationViewSet(viewsets.ViewSet):
 
     Under ASGI the (synchronous) DRF view runs in the registry's thread pools, like /tool and
     MCP calls: the read pool for GET and for a viewset whose POSTs only read (``reads_only``),
-    the embedding writes' pool for an action that stores passages (``embedding_actions``: they wait
-    for the model), the write pool otherwise. Left to Django, each request would run on a thread created for it,
-    with a database connection opened and closed for it. Under WSGI (and Django's test client)
+    the embedding writes' pool for an action that stores passages (``embedding_actions``: they
+    wait for the model), the write pool otherwise. Left to Django, each request would run on a
+    thread created for it, with a database connection opened and closed for it. Under WSGI (and Django's test client)
     the view runs in the caller's thread, as a plain DRF view does.
     """
 
@@ -100,7 +100,8 @@ class OperationViewSet(viewsets.ViewSet):
         async def pooled(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not isinstance(request, ASGIRequest):  # WSGI, the test client: the caller's own thread
                 return await sync_to_async(run, thread_sensitive=True)(request, *args, **kwargs)
-            executor = _pool(cls, request.method or "GET", (actions or {}).get((request.method or "GET").lower()))
+            method = request.method or "GET"
+            executor = _pool(cls, method, (actions or {}).get(method.lower()))
             return await sync_to_async(run, thread_sensitive=False, executor=executor)(request, *args, **kwargs)
 
         setattr(pooled, POOLED, True)

@@ -377,8 +377,12 @@ def _partition_sides(query: str, *, mode: Mode, namespace: str, collection: str 
     text: list[tuple[str, float]] = []
     if mode != "semantic":
         text = _bm25_hits(query, namespace=namespace, collection=collection, limit=limit, now=now, versions="all")
+    semantic: list[Scored] = []
     try:
-        semantic = (beside.result() if beside is not None else semantic_side()) if semantic_side is not None else []
+        if beside is not None:
+            semantic = beside.result()
+        elif semantic_side is not None:
+            semantic = semantic_side()
     except EmbeddingUnavailable:
         if mode == "semantic":
             raise
