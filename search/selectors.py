@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 from django.conf import settings
@@ -39,6 +39,7 @@ from search.temporal import CURRENT, TimeScope, newer_first, temporal_fields, va
 __all__ = ["Scored", "memories_recall", "memories_search"]  # Scored lives in search.scored; imported from here too
 
 logger = logging.getLogger("bhgbrain.search")
+T = TypeVar("T")
 
 Mode = Literal["semantic", "fulltext", "hybrid"]
 
@@ -183,13 +184,21 @@ def _embedded_sides(query: str, *, namespace: str, collection: str | None, limit
         pending.ready()
     except EmbeddingUnavailable:
         return [], fulltext_hits(query, namespace=namespace, collection=collection, limit=limit, now=now)
-    semantic_side = functools.partial(pending, namespace=namespace, collection=collection, limit=limit, now=now)
+    return _sides_at_once(functools.partial(pending, namespace=namespace, collection=collection, limit=limit, now=now),
+                          functools.partial(fulltext_hits, query, namespace=namespace, collection=collection,
+                                            limit=limit, now=now))
+
+
+def _sides_at_once(semantic_side: Callable[[], list[Scored]], text_side: Callable[[], T]) -> tuple[list[Scored], T]:
+    """The vector search (its query already embedded) on a side thread, or here when none is free
+    or inside a transaction (``run_beside``), while this thread runs the full-text side. A vector
+    search that fails gives no semantic hits: the search degrades silently to full-text."""
     beside = run_beside(semantic_side)
-    text = fulltext_hits(query, namespace=namespace, collection=collection, limit=limit, now=now)
+    text = text_side()
     try:
         semantic = beside.result() if beside is not None else semantic_side()
     except EmbeddingUnavailable:
-        semantic = []  # degrade silently to full-text
+        semantic = []
     return semantic, text
 
 
@@ -362,32 +371,22 @@ def _partition_sides(query: str, *, mode: Mode, namespace: str, collection: str 
     first (semantic empty without an embedder, unless ``mode`` is semantic: then EmbeddingUnavailable).
     As in a default hybrid search (``_embedded_sides``), the query is embedded first, then the
     vector search runs on a side thread while this one scores the full-text side."""
-    pending: SemanticSearch | None = None
-    if mode != "fulltext":
-        try:
-            pending = start_semantic(query)
-            pending.ready()
-        except EmbeddingUnavailable:
-            if mode == "semantic":
-                raise
-            pending = None
-    semantic_side = functools.partial(pending, namespace=namespace, collection=collection, limit=limit, now=now,
-                                      versions="all") if pending else None
-    beside = run_beside(semantic_side) if semantic_side is not None and mode != "semantic" else None
-    text: list[tuple[str, float]] = []
-    if mode != "semantic":
-        text = _bm25_hits(query, namespace=namespace, collection=collection, limit=limit, now=now, versions="all")
-    semantic: list[Scored] = []
+    text_side = functools.partial(_bm25_hits, query, namespace=namespace, collection=collection, limit=limit, now=now,
+                                  versions="all")
+    if mode == "fulltext":
+        return [], text_side()
     try:
-        if beside is not None:
-            semantic = beside.result()
-        elif semantic_side is not None:
-            semantic = semantic_side()
+        pending = start_semantic(query)
+        pending.ready()
     except EmbeddingUnavailable:
         if mode == "semantic":
             raise
-        semantic = []
-    return semantic, text
+        return [], text_side()
+    semantic_side = functools.partial(pending, namespace=namespace, collection=collection, limit=limit, now=now,
+                                      versions="all")
+    if mode == "semantic":
+        return semantic_side(), []  # EmbeddingUnavailable reaches the caller
+    return _sides_at_once(semantic_side, text_side)
 
 
 def _temporal_round(query: str, *, mode: Mode, namespace: str, collection: str | None, depth: int, now: datetime,
