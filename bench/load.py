@@ -114,6 +114,8 @@ class Ledger:
     latencies: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     errors: Counter[str] = field(default_factory=Counter)
     operations: int = 0
+    begun: float = field(default_factory=time.perf_counter)  # reset when the clients start
+    slowest_reads: list[tuple[float, float, str, str, int]] = field(default_factory=list)  # ms, s into the run, …
 
 
 @dataclass
@@ -167,6 +169,7 @@ async def mcp_session_calls(stack: AsyncExitStack, streams: tuple[Any, ...]) -> 
 
     session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
     await session.initialize()
+    await session.list_tools()  # as agents do on connecting; else the SDK lists them inside the first call
 
     async def call(tool: str, body: dict[str, Any]) -> dict[str, Any]:
         result = await session.call_tool(tool, body)
@@ -219,8 +222,14 @@ class Workload:
         except (httpx.HTTPError, OSError, RuntimeError) as exc:
             self.ledger.errors[f"{label}: {type(exc).__name__}"] += 1
             return
-        self.ledger.latencies[(client.transport, label)].append((time.perf_counter() - started) * 1e3)
+        elapsed_ms = (time.perf_counter() - started) * 1e3
+        self.ledger.latencies[(client.transport, label)].append(elapsed_ms)
         self.ledger.operations += 1
+        if READS.match(label):
+            slowest = self.ledger.slowest_reads
+            slowest.append((elapsed_ms, started - self.ledger.begun, client.transport, label, client.index))
+            slowest.sort(reverse=True)
+            del slowest[SLOWEST_KEPT:]
 
     def _acknowledge(self, client: Client, result: dict[str, Any], content: str) -> None:
         self.ledger.remembered[result["id"]] = client.namespace
@@ -289,22 +298,40 @@ def server_rss(proc: subprocess.Popen[bytes]) -> float:
 
 
 def embedding_ceiling(sentences: list[str], seconds: float) -> dict[str, float]:
-    """The model alone, in this process, with the server's threads: passages/s and queries/s.
-    The process's one embedder, as in the server: a second model instance (its own model thread
-    and OpenMP team) slows the first by a quarter on 2 cores (measured: 20.8 → 15.2 passages/s)."""
+    """The model alone, in this process, driven as the server drives it under load: passages/s
+    with ``2 × embedding.threads`` callers at once (the model's passage lanes all busy), and
+    queries/s from one caller. The process's one embedder, as in the server: a second model
+    instance (its own lanes and OpenMP teams) slows the first by a quarter on 2 cores (measured:
+    20.8 → 15.2 passages/s)."""
+    import threading
+
     from memories.embeddings import get_embedder
 
     embedder = get_embedder()
-    rng = random.Random(7)
     embedder.embed_query("warm up")
-    out: dict[str, float] = {}
-    for kind, method in (("passages_per_s", embedder.embed_passage), ("queries_per_s", embedder.embed_query)):
-        done, started = 0, time.perf_counter()
+    threads = int(getattr(embedder, "threads", 1) or 1)
+    out: dict[str, float] = {"threads": threads, "callers": 2 * threads}
+    started = time.perf_counter()
+    counts: list[int] = []
+
+    def caller(seed: int) -> None:
+        rng, done = random.Random(seed), 0
         while time.perf_counter() - started < seconds / 2:
-            method(f"{rng.choice(sentences)} {rng.choice(sentences)}" if kind.startswith("passages") else rng.choice(sentences))
+            embedder.embed_passage(f"{rng.choice(sentences)} {rng.choice(sentences)}")
             done += 1
-        out[kind] = done / (time.perf_counter() - started)
-    out["threads"] = getattr(embedder, "threads", 0)
+        counts.append(done)
+
+    callers = [threading.Thread(target=caller, args=(7 + index,)) for index in range(2 * threads)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join()
+    out["passages_per_s"] = sum(counts) / (time.perf_counter() - started)
+    rng, done, started = random.Random(7), 0, time.perf_counter()
+    while time.perf_counter() - started < seconds / 2:
+        embedder.embed_query(rng.choice(sentences))
+        done += 1
+    out["queries_per_s"] = done / (time.perf_counter() - started)
     return out
 
 
@@ -324,6 +351,7 @@ async def run_load(url: str, args: argparse.Namespace, workload: Workload, names
             clients.append(Client(index, transport, namespaces[index % len(namespaces)],
                                   random.Random(args.seed + index), call, read))
         stop_at = time.monotonic() + args.duration
+        workload.ledger.begun = time.perf_counter()
 
         async def loop(client: Client) -> None:
             while time.monotonic() < stop_at:
@@ -341,10 +369,14 @@ async def run_load(url: str, args: argparse.Namespace, workload: Workload, names
 
 
 def model_seconds(url: str) -> dict[str, float]:
-    """The server's local-model time so far, by kind (bhgbrain_embedding_model_seconds_total)."""
+    """The server's local-model time so far, by kind (bhgbrain_embedding_model_seconds_total), and
+    its calls so far as ``<kind>_calls`` (bhgbrain_embedding_wait_seconds_count)."""
     text = httpx.get(url + "/metrics", timeout=30).text
-    return {kind: float(value) for kind, value in
-            re.findall(r'^bhgbrain_embedding_model_seconds_total\{kind="(\w+)"\} (\S+)$', text, re.MULTILINE)}
+    found = {kind: float(value) for kind, value in
+             re.findall(r'^bhgbrain_embedding_model_seconds_total\{kind="(\w+)"\} (\S+)$', text, re.MULTILINE)}
+    found.update({f"{kind}_calls": float(value) for kind, value in
+                  re.findall(r'^bhgbrain_embedding_wait_seconds_count\{kind="(\w+)"\} (\S+)$', text, re.MULTILINE)})
+    return found
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -495,13 +527,19 @@ def report(result: dict[str, Any]) -> None:
           f"embedding.threads {result.get('embedding_threads') or 'default'}")
     print(f"\nthroughput: {result['ops_per_s']:.1f} operations/s ({result['operations']} in {result['elapsed_s']:.1f} s); "
           f"errors: {sum(result['errors'].values())}")
-    print(f"embedding model alone ({ceiling['threads']:.0f} threads, mean of before and after the run): "
+    print(f"embedding model alone ({ceiling['threads']:.0f} threads, {ceiling['callers']:.0f} callers at once, "
+          f"mean of before and after the run): "
           f"{ceiling['passages_per_s']:.1f} passages/s ({ceiling['before']['passages_per_s']:.1f} before, "
           f"{ceiling['after']['passages_per_s']:.1f} after), {ceiling['queries_per_s']:.1f} queries/s; "
           f"server operations/s over model passages/s: {result['ratio']:.2f}")
     busy = result["model_busy_s"]
-    print(f"the server's model was busy {sum(busy.values()) / result['elapsed_s']:.0%} of the run "
-          f"(passages {busy['passage']:.1f} s, queries {busy['query']:.1f} s)")
+    slow = ", ".join(f"{read['operation']} {read['transport']} {read['ms']:.0f} ms at {read['at_s']:.1f} s"
+                     for read in result["slowest_reads"])
+    print(f"slowest reads (started that many seconds into the run): {slow}")
+    print(f"the server's model lanes were busy {(busy['passage'] + busy['query']) / result['elapsed_s']:.0%} of the run, summed "
+          f"over its lanes (passages {busy['passage']:.1f} s, queries {busy['query']:.1f} s); it embedded "
+          f"{busy.get('passage_calls', 0) / result['elapsed_s']:.1f} passages/s and "
+          f"{busy.get('query_calls', 0) / result['elapsed_s']:.1f} queries/s")
     print(f"\n  {'operation':<22}{'transport':<10}{'n':>6}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}")
     for row in result["per_operation"]:
         print(f"  {row['operation']:<22}{row['transport']:<10}{row['n']:>6}{row['p50']:>9.1f}{row['p95']:>9.1f}{row['p99']:>9.1f}")
@@ -522,6 +560,7 @@ def report(result: dict[str, Any]) -> None:
 
 
 READS = re.compile(r"^(search_|recall|inject)")
+SLOWEST_KEPT = 8  # the slowest reads the report lists, with when they started
 
 
 def summarise(ledger: Ledger) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
@@ -560,7 +599,9 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
                 warm.post("/tool/search", json={"query": questions[0], "namespace": namespace, "mode": "hybrid"})
         model_before = model_seconds(url)
         outcome = asyncio.run(run_load(url, args, workload, namespaces, proc))
-        model_busy = {kind: model_seconds(url).get(kind, 0.0) - model_before.get(kind, 0.0) for kind in ("query", "passage")}
+        model_after = model_seconds(url)
+        model_busy = {kind: model_after.get(kind, 0.0) - model_before.get(kind, 0.0)
+                      for kind in ("query", "passage", "query_calls", "passage_calls")}
         load_after = load_average()
         audit = database_audit(ledger)
         passages = vector_passages(list(ledger.added_content))
@@ -579,7 +620,10 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
         "scheduler": not args.no_scheduler, "workers": args.workers, "embedding_batch": args.embedding_batch,
         "embedding_threads": args.embedding_threads, "elapsed_s": outcome["elapsed_s"], "operations": ledger.operations,
         "ops_per_s": ops_per_s, "errors": dict(ledger.errors), "embedding": ceiling,
-        "ratio": ops_per_s / ceiling["passages_per_s"], "model_busy_s": model_busy, "per_operation": rows, "reads": reads, "writes": writes,
+        "ratio": ops_per_s / ceiling["passages_per_s"], "model_busy_s": model_busy,
+        "slowest_reads": [{"ms": ms, "at_s": at, "transport": transport, "operation": op, "client": index}
+                          for ms, at, transport, op, index in ledger.slowest_reads],
+        "per_operation": rows, "reads": reads, "writes": writes,
         "rss_mib": outcome["rss_mib"], "load_before": load_before, "load_after": load_after, "audit": audit,
     }
 

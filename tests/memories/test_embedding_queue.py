@@ -1,6 +1,7 @@
 """The local model's single owner thread (queries before passages) and the query-vector cache."""
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -19,15 +20,15 @@ def _wait_until(predicate, timeout: float = 10.0) -> None:  # noqa: ANN001
         time.sleep(0.005)
 
 
-def test_queries_run_before_passages_queued_earlier_and_all_on_one_thread() -> None:
+def test_passages_run_in_order_on_the_models_lane_and_a_query_never_waits_for_them() -> None:
     model = ModelThread("test-model")
     release = threading.Event()
     order: list[str] = []
-    idents: set[int] = set()
+    idents: dict[str, set[int]] = {"query": set(), "passage": set()}
 
     def job(label: str):  # noqa: ANN202
         def work() -> str:
-            idents.add(threading.get_ident())
+            idents[label.split("-")[0]].add(threading.get_ident())
             order.append(label)
             return label
         return work
@@ -40,14 +41,85 @@ def test_queries_run_before_passages_queued_earlier_and_all_on_one_thread() -> N
     for caller in callers:
         caller.start()
     _wait_until(lambda: model.pending() == 3)
-    query = threading.Thread(target=model.run, args=(ModelThread.QUERY, job("query")))
-    query.start()
-    _wait_until(lambda: model.pending() == 4)
+    assert model.run(ModelThread.QUERY, job("query-0"), ) == "query-0"  # answered while the passage still runs
     release.set()
-    for thread in [blocker, *callers, query]:
+    for thread in [blocker, *callers]:
         thread.join(10)
-    assert order == ["query", "passage-0", "passage-1", "passage-2"]
-    assert len(idents) == 1 and threading.get_ident() not in idents
+    assert order == ["query-0", "passage-0", "passage-1", "passage-2"]
+    assert len(idents["passage"]) == 1 and len(idents["query"]) == 1
+    assert idents["passage"] != idents["query"] and threading.get_ident() not in idents["passage"] | idents["query"]
+
+
+def _record_teams(model_cores: int) -> tuple[ModelThread, list[tuple[str, int]], threading.Lock]:
+    """A model thread of ``model_cores`` cores that records, for every call, its kind and the team
+    size its lane set last."""
+    teams: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    lane_team = threading.local()
+    model = ModelThread("test-lanes", cores=model_cores, team=lambda size: setattr(lane_team, "size", size))
+
+    def call(kind: str, hold: threading.Event | None = None):  # noqa: ANN202
+        def work() -> int:
+            with lock:
+                teams.append((kind, lane_team.size))
+            if hold is not None:
+                hold.wait(10)
+            return lane_team.size
+        return work
+
+    model.call = call  # type: ignore[attr-defined]
+    return model, teams, lock
+
+
+def test_passages_queued_together_share_the_cores_one_each_and_a_lone_call_takes_them_all() -> None:
+    model, teams, _ = _record_teams(2)
+    assert model.run(ModelThread.PASSAGE, model.call("alone")) == 2  # nothing else queued: every core
+    assert model.run(ModelThread.QUERY, model.call("query alone")) == 2
+    hold_query, hold = threading.Event(), threading.Event()
+    query = model.submit(ModelThread.QUERY, model.call("query holding both cores", hold_query))
+    _wait_until(lambda: len(teams) == 3)
+    passages = [model.submit(ModelThread.PASSAGE, model.call(f"passage-{i}", hold)) for i in range(3)]
+    assert model.pending() == 3  # no core free: the passages wait
+    hold_query.set()
+    assert query.result(10) == 2
+    _wait_until(lambda: len(teams) == 5)  # two passages side by side, one core each
+    assert model.run(ModelThread.QUERY, model.call("query")) == 1  # no core free: one thread beside them
+    hold.set()
+    assert [future.result(10) for future in passages][:2] == [1, 1]
+    assert passages[2].result(10) in (1, 2)  # alone by then, it takes whichever cores are free
+    assert [kind for kind, _ in teams][:3] == ["alone", "query alone", "query holding both cores"]
+
+
+def test_passage_lanes_never_run_more_teams_than_cores() -> None:
+    model = ModelThread("test-cores", cores=2)
+    lock = threading.Lock()
+    running, most = [0], [0]
+
+    def passage() -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+
+    futures = [model.submit(ModelThread.PASSAGE, passage) for _ in range(20)]
+    for future in futures:
+        future.result(10)
+    assert most[0] == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority") or not os.uname().sysname == "Linux", reason="per-thread niceness is Linux's")
+def test_passages_yield_the_cpu_to_queries_and_requests() -> None:
+    model = ModelThread("test-nice", cores=2)
+
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    own = niceness()
+    assert model.run(ModelThread.PASSAGE, niceness) == min(19, own + embeddings.PASSAGE_NICE)
+    assert model.run(ModelThread.QUERY, niceness) == own
+    assert niceness() == own  # the caller's thread is untouched
 
 
 def test_an_error_in_the_model_reaches_the_caller_and_the_thread_goes_on() -> None:
@@ -180,3 +252,16 @@ def test_batched_passages_embed_exactly_as_single_ones() -> None:
     single = embeddings.LocalE5Embedder(EmbeddingConfig(batch_max=1)).embed_passages(texts)
     batched = embeddings.LocalE5Embedder(EmbeddingConfig(batch_max=4)).embed_passages(texts)
     np.testing.assert_allclose(batched, single, atol=1e-5)
+
+
+def test_passages_embedded_side_by_side_on_two_lanes_equal_those_embedded_one_at_a_time() -> None:
+    from bhgbrain_site.core.config import EmbeddingConfig
+
+    texts = [f"Note {i}: the {kind} team moved its {thing} to the new cluster on day {i}"
+             for i, (kind, thing) in enumerate([("billing", "queue"), ("search", "index"), ("growth", "reports"),
+                                                ("platform", "gateway"), ("data", "warehouse"), ("mobile", "builds")])]
+    texts.append("我们把网关从 Kong 换成了 Envoy，延迟降低了三分之一")
+    one_lane = embeddings.LocalE5Embedder(EmbeddingConfig(threads=1))
+    serial = np.vstack([one_lane.embed_passage(text) for text in texts])
+    side_by_side = embeddings.LocalE5Embedder(EmbeddingConfig(threads=2)).embed_passages(texts)
+    np.testing.assert_allclose(side_by_side, serial, atol=1e-5)
