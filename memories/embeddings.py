@@ -122,25 +122,30 @@ BATCH_PADDING = 1.5  # the longest passage of a batch at most this many times th
 class ModelThread:
     """Lane threads own a local model and run every call on it; a query never waits for a passage.
 
-    Callers block on a future. ``cores`` passage lanes share one queue and never run more OpenMP
-    threads than ``cores`` at once; ``cores`` query lanes share another. The first lane of each
-    kind takes a call whenever it is free, and runs it on every free core when nothing else is
-    queued (a lone write or search keeps the lowest latency); the other lanes help only while the
-    first is busy, one thread each. So at most one team of each kind has threads of its own, which
-    libgomp keeps spinning for a while after each call: two lanes taking turns with 2-thread teams
-    slowed a lone query from 18 to 34 ms on 2 cores, each call's team sharing the cores with the
-    other's spinning threads. Passages queued together run side by side, one core each: on 2
-    cores, two 1-thread calls embedded 13.8 passages/s against 10.3 for one 2-thread call at a time
-    (a 2-thread team waits at every barrier of the engine's small matrices). A query with no core
-    free runs on one thread beside the passages (1-thread calls have no barrier to stall), and
-    passage lanes yield the CPU (:func:`_yield_cpu_to_requests`), so a search never queues behind
-    a burst of writes. Passages queued together (concurrent writes) run as one batch of up to
-    ``batch_max``. Re-created after a fork (the django-q2 cluster). ``team``, called on a lane
+    Callers block on a future. The **main lane** takes every call it can, queries before
+    passages, and runs it on every free core when nothing else is queued (a lone write or search
+    keeps its 2-thread latency), else on one. While it is busy, **helper lanes** take over on one
+    thread each: ``cores - 1`` for passages, never more passage threads than ``cores`` in all (on
+    2 cores, two 1-thread calls side by side embedded 13.8 passages/s against 10.3 for one 2-thread
+    call at a time: a 2-thread team waits at every barrier of the engine's small matrices), and
+    ``cores`` for queries, which run on one thread beside the passages when no core is free
+    (1-thread calls have no barrier to stall), so a search never queues behind a burst of writes.
+    Passage helpers yield the CPU (:func:`_yield_cpu_to_requests`).
+
+    With one core there is no main lane: a passage lane and a query lane, one thread each.
+
+    Only the main lane ever runs a team of several threads. libgomp spins a team's idle threads
+    only while it manages no more threads than there are CPUs; two lanes with 2-thread teams (4
+    threads on 2 CPUs) made every parallel region of the engine sleep and wake its threads: a lone
+    query took 34 ms instead of 18. Each lane is a thread of its own and keeps its team (libgomp
+    keeps one per calling thread). Passages queued together (concurrent writes) run as one batch of
+    up to ``batch_max``. Re-created after a fork (the django-q2 cluster). ``team``, called on a lane
     before a call whose team size differs from its last one, sets the engine's thread count
     ([decision 0023](../docs/decisions/0023-model-lanes.md))."""
 
     QUERY, PASSAGE = 0, 1
-    KINDS = ("query", "passage")
+    KINDS = ("query", "passage", "main")
+    MAIN = 2  # the main lane's kind: it takes either
 
     def __init__(
         self, name: str, batch_max: int = 1, cores: int = 1, team: Callable[[int], None] | None = None
@@ -151,13 +156,14 @@ class ModelThread:
         self._start_lock = threading.Lock()
         self.batch_max = batch_max
         self.cores = max(1, cores)
+        self._has_main = self.cores > 1
         self._team = team
         self._reset()
 
     def _reset(self) -> None:
         self._ready = threading.Condition()
         self._queued: tuple[list[Job], list[Job]] = ([], [])  # heaps of queries and of passages
-        self._first_busy = [False, False]  # by kind: the first lane runs a call
+        self._main_busy = False
         self._free = self.cores
 
     def _ensure_started(self) -> None:
@@ -166,18 +172,21 @@ class ModelThread:
         with self._start_lock:
             if self._pid != os.getpid():
                 self._reset()
-                for kind in (self.QUERY, self.PASSAGE):
-                    for lane in range(self.cores):
-                        name = f"{self._name}-{self.KINDS[kind]}-{lane}"
-                        threading.Thread(target=self._serve, args=(kind, lane), name=name, daemon=True).start()
+                # one core: no team of several threads, so no main lane; passages yield the CPU
+                lanes = [(self.MAIN, 0)] if self._has_main else []
+                lanes += [(self.PASSAGE, helper) for helper in range(1, max(2, self.cores))]
+                lanes += [(self.QUERY, helper) for helper in range(1, self.cores + 1)]
+                for kind, helper in lanes:
+                    name = f"{self._name}-{self.KINDS[kind]}-{helper}" if kind != self.MAIN else self._name
+                    threading.Thread(target=self._serve, args=(kind,), name=name, daemon=True).start()
                 self._pid = os.getpid()
 
-    def _serve(self, kind: int, lane: int) -> None:
+    def _serve(self, kind: int) -> None:
         if kind == self.PASSAGE:
             _yield_cpu_to_requests()
         last_team = 0
         while True:
-            jobs, team, taken = self._next(kind, lane)
+            jobs, team, taken = self._next(kind)
             try:
                 if team != last_team and self._team is not None:
                     self._team(team)
@@ -189,30 +198,35 @@ class ModelThread:
             finally:
                 with self._ready:
                     self._free += taken
-                    if lane == 0:
-                        self._first_busy[kind] = False
+                    if kind == self.MAIN:
+                        self._main_busy = False
                     self._ready.notify_all()
 
-    def _can_take(self, kind: int, lane: int) -> bool:
-        if not self._queued[kind] or (lane > 0 and not self._first_busy[kind]):
-            return False  # nothing queued, or the first lane is free to take it (its team is warm)
-        return kind == self.QUERY or self._free > 0  # passages wait for a free core; queries never
+    def _takes(self, kind: int) -> int | None:
+        """The queue this lane takes its next call from now, or None: wait."""
+        queries, passages = self._queued
+        if kind == self.MAIN:
+            if queries:
+                return self.QUERY
+            return self.PASSAGE if passages and self._free > 0 else None
+        if not self._queued[kind] or (self._has_main and not self._main_busy):
+            return None  # helpers help only while the main lane is busy
+        return kind if kind == self.QUERY or self._free > 0 else None  # passages wait for a free core
 
-    def _next(self, kind: int, lane: int) -> tuple[list[Job], int, int]:
+    def _next(self, kind: int) -> tuple[list[Job], int, int]:
         """Wait for this lane's next call (or batch): the jobs, their team size, the cores taken."""
         with self._ready:
-            while not self._can_take(kind, lane):
+            while (source := self._takes(kind)) is None:
                 self._ready.wait()
-            queued = self._queued[kind]
-            first = heapq.heappop(queued)
-            jobs = self._gather(queued, first)
-            if lane == 0:
-                self._first_busy[kind] = True
-                if queued:
-                    self._ready.notify_all()  # the other lanes may help now
+            queued = self._queued[source]
+            jobs = self._gather(queued, heapq.heappop(queued))
+            if kind == self.MAIN:
+                self._main_busy = True
+                if any(self._queued):
+                    self._ready.notify_all()  # the helpers may take the rest
             if self._free == 0:  # a query beside the passages: one thread, no core counted
                 return jobs, 1, 0
-            team = self._free if lane == 0 and not queued else 1
+            team = self._free if kind == self.MAIN and not any(self._queued) else 1
             self._free -= team
             return jobs, team, team
 
