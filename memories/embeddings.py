@@ -156,9 +156,13 @@ class ModelThread:
         self._start_lock = threading.Lock()
         self.batch_max = batch_max
         self.cores = max(1, cores)
-        self._has_main = self.cores > 1
         self._team = team
         self._reset()
+
+    @property
+    def _has_main(self) -> bool:
+        """A main lane only when a team can have several threads (one core: none)."""
+        return self.cores > 1
 
     def _reset(self) -> None:
         self._ready = threading.Condition()
@@ -204,11 +208,10 @@ class ModelThread:
 
     def _takes(self, kind: int) -> int | None:
         """The queue this lane takes its next call from now, or None: wait."""
-        queries, passages = self._queued
         if kind == self.MAIN:
-            if queries:
+            if self._queued[self.QUERY]:
                 return self.QUERY
-            return self.PASSAGE if passages and self._free > 0 else None
+            return self.PASSAGE if self._queued[self.PASSAGE] and self._free > 0 else None
         if not self._queued[kind] or (self._has_main and not self._main_busy):
             return None  # helpers help only while the main lane is busy
         return kind if kind == self.QUERY or self._free > 0 else None  # passages wait for a free core

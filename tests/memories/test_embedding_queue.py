@@ -1,8 +1,9 @@
-"""The local model's single owner thread (queries before passages) and the query-vector cache."""
+"""The local model's lanes (queries never wait for passages, lone calls on every core) and the query-vector cache."""
 from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import time
 
@@ -11,6 +12,13 @@ import pytest
 
 from memories import embeddings
 from memories.embeddings import ModelThread, QueryCache
+
+LINUX_ONLY = pytest.mark.skipif(sys.platform != "linux", reason="per-thread niceness is Linux's; the lanes lower it only there")
+
+
+def _niceness() -> int:
+    """The calling thread's own niceness (Linux: per thread)."""
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
 def _wait_until(predicate, timeout: float = 10.0) -> None:  # noqa: ANN001
@@ -117,13 +125,10 @@ def test_passage_lanes_never_run_more_teams_than_cores() -> None:
     assert most[0] == 2
 
 
-@pytest.mark.skipif(not hasattr(os, "getpriority") or not os.uname().sysname == "Linux", reason="per-thread niceness is Linux's")
+@LINUX_ONLY
 def test_passages_yield_the_cpu_to_queries_and_requests() -> None:
     model = ModelThread("test-nice", cores=2)
-
-    def niceness() -> int:
-        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-
+    niceness = _niceness
     own = niceness()
     hold_query, release, running = threading.Event(), threading.Event(), threading.Event()
     query = model.submit(ModelThread.QUERY, lambda: (running.set(), hold_query.wait(10)))
@@ -139,15 +144,14 @@ def test_passages_yield_the_cpu_to_queries_and_requests() -> None:
     assert niceness() == own  # the caller's thread is untouched
 
 
-@pytest.mark.skipif(not hasattr(os, "getpriority") or not os.uname().sysname == "Linux", reason="per-thread niceness is Linux's")
+@LINUX_ONLY
 def test_with_one_core_every_passage_yields_the_cpu_and_queries_keep_it() -> None:
     """Two workers on two cores have one core each: no team of several threads, so passages get a
     lane of their own (two 2-worker load runs: read p50 98 ms with passages on the query's lane)."""
     model = ModelThread("test-one-core", cores=1)
-    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    niceness = lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())  # noqa: E731
-    assert model.run(ModelThread.PASSAGE, niceness) == min(19, own + embeddings.PASSAGE_NICE)
-    assert model.run(ModelThread.QUERY, niceness) == own
+    own = _niceness()
+    assert model.run(ModelThread.PASSAGE, _niceness) == min(19, own + embeddings.PASSAGE_NICE)
+    assert model.run(ModelThread.QUERY, _niceness) == own
 
 
 def test_an_error_in_the_model_reaches_the_caller_and_the_thread_goes_on() -> None:
@@ -251,9 +255,9 @@ def test_passages_queued_together_run_as_one_batch_of_similar_lengths_and_querie
 
     futures = [passage(text) for text in ("aaaa", "bbbb", "cccc", "dddd", "a much longer passage than the others")]
     query = model.submit(ModelThread.QUERY, lambda: batches.append(["query"]) or "q")
+    assert query.result(10) == "q"  # answered on its own lane while the passage is still held
     release.set()
     assert [f.result(10) for f in futures] == ["AAAA", "BBBB", "CCCC", "DDDD", "A MUCH LONGER PASSAGE THAN THE OTHERS"]
-    assert query.result(10) == "q"
     # the query first; then at most three passages a batch; the long one is not padded into theirs
     assert batches == [["query"], ["aaaa", "bbbb", "cccc"], ["dddd"], ["a much longer passage than the others"]]
 
