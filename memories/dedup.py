@@ -30,7 +30,7 @@ from memories.analyzer import stem
 from memories.conversations import keyed_passage
 from memories.embeddings import Embedder, calibrate, from_bytes
 from memories.indexes.embedded import get_vector_index
-from memories.indexes.rebuilds import Rebuilding
+from memories.indexes.rebuilds import Rebuilding, answering_around
 from memories.indexes.vectors import VectorHit
 from memories.loading import memories_by_id
 from memories.models import Memory, Operation
@@ -193,8 +193,9 @@ def _candidates(vector: np.ndarray, model_id: str, namespace: str, collection: s
     try:
         return index.search(vector, namespace=namespace, collection=collection, limit=DEDUP_CANDIDATES, now=now,
                             facts_only=True)
-    except Rebuilding:  # the rows read so far are not all of them: the stored vectors are
-        return _stored_vector_search(vector, model_id, namespace, collection, now)
+    except Rebuilding:  # the rows read so far are not all of them: the stored vectors are (the rebuild pauses)
+        with answering_around():
+            return _stored_vector_search(vector, model_id, namespace, collection, now)
     except Exception:  # noqa: BLE001 - an index outage must not switch dedup off: scan the stored vectors
         logger.exception("vector index unavailable for dedup; scanning the collection's stored vectors instead")
         return _stored_vector_search(vector, model_id, namespace, collection, now)

@@ -21,5 +21,5 @@ def vector_hits(index: VectorIndex, vector: np.ndarray, **where: Any) -> list[Ve
         return index.search(vector, **where)
     except rebuilds.Rebuilding as rebuilding:
         rebuilding.note(PARTIAL_SCAN)
-        with rebuilds.partial_answers():  # exact: no sketch or graph is built over a half-read matrix
+        with rebuilds.partial_answers(), rebuilds.answering_around():  # exact: no sketch or graph over a half-read matrix
             return index.search(vector, exact=True, **where)  # type: ignore[call-arg]

@@ -27,7 +27,7 @@ from django.db import connection
 from memories.analyzer import analyze_query
 from memories.conversations import contexts
 from memories.indexes.partitions import Versions
-from memories.indexes.rebuilds import Rebuilding
+from memories.indexes.rebuilds import Rebuilding, answering_around
 from memories.indexes.sparse import CONTEXT_WEIGHT, K1, TAG_WEIGHT, B, field_tokens, labels
 from memories.models import Memory
 from search import fulltext_db
@@ -125,6 +125,7 @@ def search(query: str, *, namespace: str, collection: str | None, now: datetime,
         hits = index.search(terms, namespace=namespace, collection=collection, now=now, limit=limit, versions=versions)
     except Rebuilding as rebuilding:  # the index reads every row in the background: the database answers
         rebuilding.note(fulltext_db.PATH)
-        hits = fulltext_db.search(terms, namespace=namespace, collection=collection, now=now, limit=limit,
-                                  versions=versions)
+        with answering_around():  # the rebuild pauses meanwhile
+            hits = fulltext_db.search(terms, namespace=namespace, collection=collection, now=now, limit=limit,
+                                      versions=versions)
     return [TextHit(memory_id, score) for memory_id, score in hits]

@@ -70,6 +70,7 @@ class Degraded(Output):
     rows_loaded: int
     rows_total: int
     elapsed_s: float
+    paused_s: float = 0.0  # how long the rebuild has given way to searches answered around it
 
 
 class SearchMeta(Output):

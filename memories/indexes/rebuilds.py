@@ -11,7 +11,14 @@ database's own full-text; the vectors loaded so far, scanned exactly), noting it
 feed position is taken before the first row is read, so writes made during the rebuild are
 applied right after it (memories/indexes/base.py).
 
-Public seams: :data:`policy` (the threshold and chunk size, :func:`configured` for tests),
+A rebuild gives way to the searches answered around it (:func:`answering_around`): between two
+chunks it pauses while one is under way, so the search has a core and the GIL to itself. At a
+million rows on two vCPUs, a degraded full-text search beside a running text rebuild (and another
+process building vector graphs) took 5.5 s instead of 0.3 s alone. The pauses are bounded
+(``policy.give_way_s`` plus ``policy.give_way_share`` of the rebuild's time so far), so searches
+without end delay a rebuild by at most that share.
+
+Public seams: :data:`policy` (the threshold, chunk size and pauses, :func:`configured` for tests),
 :func:`watching` (a listener called after every chunk, on the rebuild's thread), :func:`wait`,
 :func:`progress` (what ``/health`` shows).
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
+import dataclasses
 import logging
 import threading
 import time
@@ -32,6 +40,8 @@ logger = logging.getLogger("bhgbrain.indexes")
 
 BACKGROUND_MIN_ROWS = 20_000  # below it a load takes well under a second: done on the search, as before
 CHUNK_ROWS = 2_000  # rows read per hold of the index's lock (tens of ms: a search waits at most that)
+GIVE_WAY_S = 2.0  # a rebuild pauses for searches answered around it this long in all,
+GIVE_WAY_SHARE = 0.5  # plus this share of its own time so far
 
 
 @dataclass
@@ -40,6 +50,8 @@ class Policy:
 
     background_min_rows: int = BACKGROUND_MIN_ROWS
     chunk_rows: int = CHUNK_ROWS
+    give_way_s: float = GIVE_WAY_S
+    give_way_share: float = GIVE_WAY_SHARE
 
 
 policy = Policy()
@@ -55,6 +67,7 @@ class Progress:
     state: str = "queued"  # queued (behind another index's rebuild), loading, done, failed, stopped
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
+    paused_s: float = 0.0  # time given way to searches answered around it
 
     @property
     def elapsed_s(self) -> float:
@@ -62,7 +75,7 @@ class Progress:
 
     def as_dict(self) -> dict[str, Any]:
         return {"index": self.index, "state": self.state, "rows_loaded": self.rows_loaded,
-                "rows_total": self.rows_total, "elapsed_s": self.elapsed_s}
+                "rows_total": self.rows_total, "elapsed_s": self.elapsed_s, "paused_s": round(self.paused_s, 3)}
 
     def end(self, state: str) -> None:
         self.state, self.finished = state, time.monotonic()
@@ -122,12 +135,51 @@ def _run(progress: Progress, work: Callable[[Progress], None]) -> None:
 
 
 def chunk_done(progress: Progress, rows: int) -> bool:
-    """Count a chunk read (called outside the index's lock); False when the rebuild must stop now
-    (interpreter exit)."""
+    """Count a chunk read (called outside the index's lock) and give way to the searches answered
+    around a rebuild meanwhile; False when the rebuild must stop now (interpreter exit)."""
     progress.rows_loaded += rows
     for listener in list(_LISTENERS):
         listener(progress)
+    _give_way(progress)
     return not _STOP.is_set()
+
+
+# --- giving way to the searches answered around a rebuild --------------------------------------
+
+_ANSWERING = 0  # searches answered around a rebuild, under way now
+_ANSWERING_LOCK = threading.Lock()
+_NONE_ANSWERING = threading.Event()
+_NONE_ANSWERING.set()
+
+
+@contextlib.contextmanager
+def answering_around() -> Iterator[None]:
+    """A search answered around a rebuild (its degraded path): rebuilds pause between chunks until
+    it ends."""
+    global _ANSWERING
+    with _ANSWERING_LOCK:
+        _ANSWERING += 1
+        _NONE_ANSWERING.clear()
+    try:
+        yield
+    finally:
+        with _ANSWERING_LOCK:
+            _ANSWERING -= 1
+            if _ANSWERING == 0:
+                _NONE_ANSWERING.set()
+
+
+def _give_way(progress: Progress) -> None:
+    """Pause while a search is answered around a rebuild, within the rebuild's budget of pauses."""
+    if _NONE_ANSWERING.is_set() or _STOP.is_set():
+        return
+    running = time.monotonic() - progress.started - progress.paused_s
+    budget = policy.give_way_s + policy.give_way_share * running - progress.paused_s
+    if budget <= 0:
+        return
+    started = time.monotonic()
+    _NONE_ANSWERING.wait(budget)
+    progress.paused_s += time.monotonic() - started
 
 
 def wait(timeout: float | None = None) -> bool:
@@ -152,6 +204,7 @@ def progress() -> list[dict[str, Any]]:
 
 def _stop_all() -> None:
     _STOP.set()
+    _NONE_ANSWERING.set()  # a rebuild pausing for a search stops now
     with _THREADS_LOCK:
         threads = list(_THREADS)
     for thread in threads:
@@ -165,17 +218,20 @@ atexit.register(_stop_all)
 
 
 @contextlib.contextmanager
-def configured(*, background_min_rows: int | None = None, chunk_rows: int | None = None) -> Iterator[Policy]:
+def configured(*, background_min_rows: int | None = None, chunk_rows: int | None = None,
+               give_way_s: float | None = None, give_way_share: float | None = None) -> Iterator[Policy]:
     """Change the policy for the duration (tests rebuild small stores in the background)."""
-    saved = Policy(policy.background_min_rows, policy.chunk_rows)
-    if background_min_rows is not None:
-        policy.background_min_rows = background_min_rows
-    if chunk_rows is not None:
-        policy.chunk_rows = chunk_rows
+    saved = dataclasses.replace(policy)
+    changes = {"background_min_rows": background_min_rows, "chunk_rows": chunk_rows, "give_way_s": give_way_s,
+               "give_way_share": give_way_share}
+    for name, value in changes.items():
+        if value is not None:
+            setattr(policy, name, value)
     try:
         yield policy
     finally:
-        policy.background_min_rows, policy.chunk_rows = saved.background_min_rows, saved.chunk_rows
+        for name in changes:
+            setattr(policy, name, getattr(saved, name))
 
 
 @contextlib.contextmanager

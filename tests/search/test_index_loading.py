@@ -347,3 +347,42 @@ def test_the_degraded_paths_answer_current_facts_and_as_of_the_versions_valid_th
     gate.open()
     after = registry.call_tool("search", {"query": "API gateway of the shop", "namespace": "loading", "mode": mode}, CTX)
     assert "degraded" not in after.get("meta", {}) and _ids(after) == [str(new.id)]
+
+
+@pytest.fixture
+def watched(bhg_config) -> Iterator[threading.Event]:  # noqa: ANN001
+    """Every load from the database runs in the background; the event is set after its first chunk."""
+    bhg_config.index_snapshots = False
+    first_chunk = threading.Event()
+    with rebuilds.configured(background_min_rows=1, chunk_rows=CHUNK), \
+            rebuilds.watching(lambda progress: first_chunk.set()):
+        try:
+            yield first_chunk
+        finally:
+            rebuilds.wait(30)
+
+
+def test_a_rebuild_gives_way_while_a_search_is_answered_around_it(stored, watched) -> None:  # noqa: ANN001
+    with rebuilds.answering_around():  # e.g. a slow degraded search, still under way
+        during = _search("lighthouse door", "fulltext")
+        assert watched.wait(10)
+        progress = _text().rebuilding
+        assert progress is not None
+        assert not rebuilds.wait(0.5), "the rebuild went on while a search was answered around it"
+        assert progress.state == "loading" and progress.rows_loaded == CHUNK
+    assert rebuilds.wait(30)  # the search ended: the rebuild goes on at once
+    assert progress.state == "done" and progress.rows_loaded == len(TEXTS) and progress.paused_s >= 0.4
+    assert _ids(during)[0] == stored[TEXTS[0]] and "meta" not in _search("lighthouse door", "fulltext")
+
+
+def test_searches_without_end_delay_a_rebuild_only_within_its_budget(stored, watched) -> None:  # noqa: ANN001
+    with rebuilds.configured(give_way_s=0.2, give_way_share=0), rebuilds.answering_around():
+        _search("lighthouse door", "fulltext")
+        assert watched.wait(10)
+        progress = _text().rebuilding
+        assert progress is not None
+        assert rebuilds.wait(10), "the rebuild waited past its budget of pauses"
+        assert progress.state == "done" and 0.2 <= progress.paused_s < 1.0
+        (shown,) = [entry for entry in store_health()["index_rebuilds"] if entry["index"] == progress.index]
+        assert shown["paused_s"] == round(progress.paused_s, 3)  # /health shows the pauses
+    assert "meta" not in _search("lighthouse door", "fulltext")
