@@ -91,6 +91,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the server's embedding.batch_max (default: the config's own default)")
     parser.add_argument("--embedding-threads", type=int, default=None,
                         help="the server's embedding.threads (default: the config's own default)")
+    parser.add_argument("--embedding-engine", choices=("auto", "bundled"), default=None,
+                        help="the server's embedding.engine, and the model alone's (default: the config's own)")
     parser.add_argument("--audit-sample", type=int, default=40,
                         help="acknowledged and forgotten memories searched for after the run; default 40 of each")
     parser.add_argument("--embed-seconds", type=float, default=10.0, help="how long to time the model alone")
@@ -524,7 +526,8 @@ def report(result: dict[str, Any]) -> None:
           f"{result['clients']} clients ({result['mcp_clients']} MCP, {result['clients'] - result['mcp_clients']} HTTP) "
           f"for {result['elapsed_s']:.0f} s, {result['mix']} mix; scheduler {'on' if result['scheduler'] else 'off'}; "
           f"{result['workers']} worker(s); embedding.batch_max {result['embedding_batch'] or 'default'}, "
-          f"embedding.threads {result.get('embedding_threads') or 'default'}")
+          f"embedding.threads {result.get('embedding_threads') or 'default'}, "
+          f"embedding.engine {result.get('embedding_engine') or 'default'}")
     print(f"\nthroughput: {result['ops_per_s']:.1f} operations/s ({result['operations']} in {result['elapsed_s']:.1f} s); "
           f"errors: {sum(result['errors'].values())}")
     print(f"embedding model alone ({ceiling['threads']:.0f} threads, {ceiling['callers']:.0f} callers at once, "
@@ -581,6 +584,12 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
         config.setdefault("embedding", {})["batch_max"] = args.embedding_batch
     if args.embedding_threads is not None:
         config.setdefault("embedding", {})["threads"] = args.embedding_threads
+    if args.embedding_engine is not None:  # the model alone runs on the same build of the engine
+        from bhgbrain_site.core.config import EmbeddingConfig
+        from memories.embeddings import build_embedder, set_embedder
+
+        config.setdefault("embedding", {})["engine"] = args.embedding_engine
+        set_embedder(build_embedder(EmbeddingConfig(**config["embedding"])))
     (home / "config.json").write_text(json.dumps(config))
     fresh_sentences = lat.make_sentences(1500, random.Random(args.seed + 1), exclude=sentences)
     questions = lat.make_questions(5000, rng)  # mostly distinct: a query cache must not flatter the numbers
@@ -618,7 +627,8 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
         "machine": lat.machine_info(), "revision": lat.product_revision(), "database": lat.database_description(),
         "mix": args.mix, "size": args.size, "namespaces": len(namespaces), "clients": args.clients, "mcp_clients": outcome["mcp_clients"],
         "scheduler": not args.no_scheduler, "workers": args.workers, "embedding_batch": args.embedding_batch,
-        "embedding_threads": args.embedding_threads, "elapsed_s": outcome["elapsed_s"], "operations": ledger.operations,
+        "embedding_threads": args.embedding_threads, "embedding_engine": args.embedding_engine,
+        "elapsed_s": outcome["elapsed_s"], "operations": ledger.operations,
         "ops_per_s": ops_per_s, "errors": dict(ledger.errors), "embedding": ceiling,
         "ratio": ops_per_s / ceiling["passages_per_s"], "model_busy_s": model_busy,
         "slowest_reads": [{"ms": ms, "at_s": at, "transport": transport, "operation": op, "client": index}

