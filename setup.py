@@ -22,6 +22,7 @@ def _extensions() -> list[Extension]:
     if not sys.platform.startswith("linux") or platform.machine().lower() not in {"x86_64", "amd64"}:
         return []
     return [Extension("memories._e5engine", sources=["native/e5/e5.c"], include_dirs=["native/e5"],
+                      depends=["native/e5/e5.h"],
                       extra_compile_args=COMPILE, extra_link_args=["-fopenmp"], libraries=["m"], optional=True)]
 
 
