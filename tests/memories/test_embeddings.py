@@ -33,6 +33,7 @@ from memories.embeddings import (
     to_bytes,
 )
 from tests.conftest import HashEmbedder
+from tests.packaging.check_wheel import engine_builds_here
 
 
 def _sim(e5: LocalE5Embedder, a: str, b: str) -> float:
@@ -336,20 +337,10 @@ ENGINE_TEXTS = [
 ]
 
 
-def _builds_here() -> bool:
-    """Where setup.py builds the faster engine: Linux x86_64 with a C compiler."""
-    import platform
-    import shutil
-    import sysconfig
-
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    return sys.platform.startswith("linux") and platform.machine() == "x86_64" and shutil.which(compiler) is not None
-
-
 def test_the_install_built_the_faster_engine_where_it_can() -> None:
     """The build is optional (an install without a compiler goes on): where it can be built, a
     failed build must not pass unnoticed."""
-    if not _builds_here():
+    if not engine_builds_here():
         pytest.skip("setup.py builds the faster engine on Linux x86_64 with a C compiler only")
     import importlib.util
 
