@@ -573,7 +573,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--notes", type=int, default=800, help="unrelated memories; default 800")
     parser.add_argument("--namespaces", type=int, default=4)
     parser.add_argument("--questions", type=int, default=300, help="questions of each kind; default 300")
-    parser.add_argument("--modes", default=",".join(MODES), help="keys, dedup or both")
+    parser.add_argument("--modes", type=_modes, default=",".join(MODES),
+                        help=f"ingest modes, comma-separated, of {', '.join(MODES)}; default all")
     parser.add_argument("--quick", action="store_true", help="a small store: 300 facts, 100 notes, 60 questions a kind")
     parser.add_argument("--latency-size", type=int, default=0,
                         help="bulk-load unrelated memories until the store holds N, then time the searches (0: "
@@ -634,6 +635,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["load_end"] = load_average()
     result["seconds"] = round((datetime.now(UTC) - started).total_seconds())
     return result
+
+
+def _modes(value: str) -> str:
+    """``--modes``: a comma-separated list of known ingest modes (an unknown one is an error, not a run)."""
+    unknown = [mode for mode in value.split(",") if mode not in MODES]
+    if unknown or not value:
+        raise argparse.ArgumentTypeError(f"unknown mode(s) {', '.join(unknown) or '(none)'}; known: {', '.join(MODES)}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

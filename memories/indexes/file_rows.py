@@ -10,14 +10,21 @@ still serves them, and still shares them between processes, but nothing is mappe
 rows this process wrote into its copy-on-write mapping since it opened it, which only the
 mapping holds. A bulk copy (a snapshot capture) reads contiguous blocks the same way.
 
-A gather of 800 rows costs ~1-3 µs a row this way, against ~0.5 µs through the mapping
-(measured on 2-core hosts; docs/performance.md has the resident memory it saves).
+A gather of 800 rows costs ~1 µs a row this way once the compiled loop of
+memories/indexes/gather_kernel.py is loaded (numba, on a background thread, for arrays of
+``COMPILED_MIN_ROWS`` rows or more), against ~9 µs a row from Python and ~0.5 µs through the
+mapping (measured on 2-core hosts; docs/performance.md has the resident memory it saves).
 """
 from __future__ import annotations
 
+import importlib
+import logging
 import os
+import sys
+import threading
 import weakref
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 from numpy.lib import format as npy_format
@@ -26,6 +33,60 @@ from numpy.lib import format as npy_format
 # the mapping ~0.5 µs, and a gather this large (a small namespace's every row in a large store)
 # is a scan anyway, whose pages a later scan would map again.
 PREAD_MAX_ROWS = 4_096
+# A reader of an array this large loads the compiled gather (numba's import costs ~0.5 s of a
+# background thread, once a process): below it a search gathers few enough rows from few enough
+# pages that the Python loop costs little, and a small store's process never imports numba.
+COMPILED_MIN_ROWS = 100_000
+DISABLE_ENV = "BHGBRAIN_COMPILED_GATHER"  # "0": always the Python loop
+
+log = logging.getLogger(__name__)
+_kernel_lock = threading.Lock()
+_kernel_state = "idle"  # idle → loading → ready | unavailable
+_kernel: ModuleType | None = None
+_kernel_settled = threading.Event()
+
+
+def _compiled_allowed() -> bool:
+    """A 64-bit POSIX platform (the kernel's ``pread`` takes a 64-bit offset) and not disabled."""
+    enabled = os.environ.get(DISABLE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return enabled and os.name == "posix" and sys.maxsize > 2**32
+
+
+def prepare_compiled() -> None:
+    """Start loading the compiled gather on a background thread (once a process)."""
+    global _kernel_state
+    if not _compiled_allowed():
+        return
+    with _kernel_lock:
+        if _kernel_state != "idle":
+            return
+        _kernel_state = "loading"
+    threading.Thread(target=_load_kernel, daemon=True, name="bhgbrain-gather-compile").start()
+
+
+def _load_kernel() -> None:
+    global _kernel, _kernel_state
+    try:
+        kernel = importlib.import_module("memories.indexes.gather_kernel")
+        probe = np.zeros((1, 1), dtype=np.float32)
+        kernel.gather(-1, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), probe, 0, 4)  # compiles (or loads) it
+    except Exception:  # noqa: BLE001 - numba missing or no build here: the Python loop reads the rows
+        log.warning("compiled row gather unavailable; snapshot rows are read from Python", exc_info=True)
+        with _kernel_lock:
+            _kernel_state = "unavailable"
+        _kernel_settled.set()
+        return
+    with _kernel_lock:
+        _kernel, _kernel_state = kernel, "ready"
+    _kernel_settled.set()
+
+
+def compiled_gather(wait: float | None = 0.0) -> ModuleType | None:
+    """The compiled gather once loaded, else None; ``wait`` seconds for a load under way (None:
+    until it ends; benchmarks and tests)."""
+    if _kernel_state == "loading" and wait != 0.0:
+        _kernel_settled.wait(wait)
+    return _kernel if _kernel_state == "ready" else None
 
 
 class FileRows:
@@ -42,6 +103,8 @@ class FileRows:
         self._offset = _data_offset(self._fd, array)
         self._row_bytes = int(np.prod(array.shape[1:], dtype=np.int64)) * array.itemsize
         self._written = np.zeros(array.shape[0], dtype=np.bool_)
+        if array.shape[0] >= COMPILED_MIN_ROWS:
+            prepare_compiled()
 
     @classmethod
     def of(cls, array: np.ndarray, path: Path) -> FileRows | None:
@@ -66,9 +129,14 @@ class FileRows:
         written = self._written[rows]
         if written.any():
             out[written] = self.array[rows[written]]
-        view = memoryview(out).cast("B")
+        positions = np.flatnonzero(~written)
         size, offset = self._row_bytes, self._offset
-        for i in np.flatnonzero(~written).tolist():
+        kernel = compiled_gather()
+        if kernel is not None and out.ndim == 2 and out.dtype == np.float32:  # the signature compiled at load
+            done = kernel.gather(self._fd, rows, positions, out, offset, size)
+            positions = positions[done:]  # a short read or an error: the loop below reads (or raises)
+        view = memoryview(out).cast("B")
+        for i in positions.tolist():
             self._read(view[i * size:(i + 1) * size], offset + int(rows[i]) * size)
         return out
 

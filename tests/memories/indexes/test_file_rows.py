@@ -104,3 +104,47 @@ def test_reading_rows_maps_none_of_the_file(tmp_path: Path) -> None:
     assert _resident_kib(path) == 0
     np.asarray(mapped[rows])  # the mapping itself does map them: the check above can fail
     assert _resident_kib(path) > 0
+
+
+def _compiled() -> object:
+    """The compiled gather, loaded now (numba is a dependency on CPython: a failed load fails the test)."""
+    file_rows.prepare_compiled()
+    kernel = file_rows.compiled_gather(wait=None)
+    assert kernel is not None, "the compiled row gather did not load"
+    return kernel
+
+
+def test_the_compiled_gather_reads_the_same_rows(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    data, mapped = _mapped(tmp_path)
+    _compiled()
+    reader = FileRows(mapped, tmp_path / "matrix.npy")
+    mapped[[8, 2000]] = 3.0  # written through the mapping: read from it, the rest by the kernel
+    reader.mark(np.array([8, 2000]))
+    expected = data.copy()
+    expected[[8, 2000]] = 3.0
+    rows = np.random.default_rng(5).choice(3000, size=900, replace=True)
+    rows[:3], rows[-1] = (8, 2000, 5), 2999  # the last row of the file last
+    assert np.array_equal(reader.take(rows), expected[rows])
+    monkeypatch.setenv(file_rows.DISABLE_ENV, "0")  # what the Python loop reads: the same
+    monkeypatch.setattr(file_rows, "_kernel_state", "unavailable")
+    assert np.array_equal(reader.take(rows), expected[rows])
+
+
+def test_a_short_read_in_the_compiled_gather_is_an_error_not_zeros(tmp_path: Path) -> None:
+    _, mapped = _mapped(tmp_path)
+    _compiled()
+    reader = FileRows(mapped, tmp_path / "matrix.npy")
+    with open(tmp_path / "matrix.npy", "r+b") as handle:
+        handle.truncate(4096)  # the file lost its rows under the reader
+    with pytest.raises(OSError, match="short read"):
+        reader.take(np.array([1, 2500]))
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc/self/smaps")
+def test_the_compiled_gather_maps_none_of_the_file(tmp_path: Path) -> None:
+    _, mapped = _mapped(tmp_path, rows=20_000)
+    _compiled()
+    reader = FileRows(mapped, tmp_path / "matrix.npy")
+    path = (tmp_path / "matrix.npy").resolve()
+    reader.take(np.random.default_rng(2).choice(20_000, size=800, replace=False))
+    assert _resident_kib(path) == 0
