@@ -27,6 +27,12 @@ class Eligible:
     mask: np.ndarray
     _rows: np.ndarray | None = None
 
+    def set_row(self, row: int, inside: bool) -> None:
+        """Put ``row`` in or out of the mask (and of its row numbers, computed again when asked)."""
+        if bool(self.mask[row]) != inside:
+            self.mask[row] = inside
+            self._rows = None
+
     def rows(self) -> np.ndarray:
         if self._rows is None:
             self._rows = np.flatnonzero(self.mask)
@@ -67,6 +73,28 @@ class EligibleRows:
                 found.until = min(found.until, new)
             elif old <= found.since:
                 del self._found[kind]
+
+    def row_changed(self, row: int, before: Hashable, after: Hashable, size: int, until: float | None,
+                    fits: Callable[[Hashable], bool]) -> None:
+        """Only ``row`` changed from the index's version ``before`` to ``after`` (written, with
+        expiry ``until``; or dropped: None), and the index now has ``size`` rows: each mask current
+        at ``before`` learns the row (``fits(kind)``: whether the row's namespace, collection and
+        kind are the search's; a row that has expired by the mask's time is left out) and is current
+        at ``after``. One row instead of a pass over every row: at a million rows, a search after a
+        write computed its mask again in about 4 ms. The others are dropped."""
+        for kind, found in list(self._found.items()):
+            if found.version != before or found.mask.size > size:
+                del self._found[kind]
+                continue
+            if found.mask.size < size:  # a new row at the end
+                grown = np.zeros(size, dtype=np.bool_)
+                grown[: found.mask.size] = found.mask
+                found.mask = grown
+            inside = until is not None and until > found.since and fits(kind)
+            found.set_row(row, inside)
+            if inside:
+                found.until = min(found.until, until)  # type: ignore[type-var]
+            found.version = after
 
     def get(self, kind: Hashable, version: Hashable, now: float, live: np.ndarray,
             select: Callable[[], np.ndarray]) -> Eligible:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from datetime import datetime
 
 import numpy as np
@@ -84,19 +84,35 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
         if not moved and rows.same_row(row, ns, coll, threaded):  # type: ignore[arg-type]
             self._eligible.set_expiry(rows.live, row, until)  # e.g. a new tier: nothing this index holds but the expiry
             return
+        before = (self._version, rows.top)
         self._version += 1
         if row is None:
             row = rows.allocate(memory_id)
         rows.write(row, vector, ns, coll, threaded, until)
+        self._eligible.row_changed(row, before, (self._version, rows.top), rows.top, until, self._fits(row))
         if self._ann is not None:
             self._ann.put(row, (ns, coll, threaded), moved=moved)
 
     def _drop(self, memory_id: str) -> None:
+        before = (self._version, self._rows.top)
         row = self._rows.release(memory_id)
         if row is not None:
             self._version += 1
+            self._eligible.row_changed(row, before, (self._version, self._rows.top), self._rows.top, None,
+                                       self._fits(row))
             if self._ann is not None:
                 self._ann.drop(row)
+
+    def _fits(self, row: int) -> Callable[[Hashable], bool]:
+        """Whether ``row`` is one a kind of search of ``_eligible_rows`` selects (expiry aside)."""
+        rows = self._rows
+
+        def fits(kind: Hashable) -> bool:
+            ns_codes, coll_code, facts_only = kind  # type: ignore[misc]
+            return (int(rows.ns[row]) in ns_codes and (coll_code is None or int(rows.coll[row]) == coll_code)
+                    and not (facts_only and bool(rows.threaded[row])))
+
+        return fits
 
     def _move_expiry(self, memory_id: str, until: float) -> None:
         row = self._rows.ids.row(memory_id)

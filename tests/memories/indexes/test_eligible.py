@@ -97,3 +97,46 @@ def test_masks_adjusted_to_moved_expiries_always_equal_fresh_ones() -> None:
         reused += found is before
         assert found.rows().tolist() == np.flatnonzero((ns == code) & (live > now)).tolist()
     assert reused > 100  # the cache was used, not only recomputed
+
+
+def test_masks_told_of_written_and_dropped_rows_always_equal_fresh_ones() -> None:
+    """Rows written (new ones at the end, others moved to another kind or given a new expiry) and
+    dropped, one at a time, told to the cache as an index tells it: a cached answer is always the
+    one computed from scratch, and masks are reused across those changes instead of computed again."""
+    rng = random.Random(11)
+    ns = [rng.randrange(3) for _ in range(30)]
+    live = [rng.choice([math.inf, rng.uniform(0, 100)]) for _ in range(30)]
+    cache = EligibleRows()
+    version, reused, computed = 0, 0, 0
+    for _ in range(4000):
+        if rng.random() < 0.3:
+            before = (version, len(ns))
+            version += 1
+            change = rng.random()
+            if change < 0.3:  # a new row at the end
+                row = len(ns)
+                ns.append(rng.randrange(3))
+                live.append(rng.choice([math.inf, rng.uniform(0, 100)]))
+            else:
+                row = rng.randrange(len(ns))
+                if change < 0.8:  # written again: maybe another namespace, another expiry
+                    ns[row], live[row] = rng.randrange(3), rng.choice([math.inf, rng.uniform(0, 100)])
+                else:  # dropped: a free row
+                    ns[row], live[row] = -1, -math.inf
+            written = live[row] if ns[row] >= 0 else None
+            cache.row_changed(row, before, (version, len(ns)), len(ns), written,
+                              lambda kind, row=row: ns[row] == kind)
+            continue
+        code, now = rng.randrange(3), rng.uniform(0, 10)  # a few expiries crossed, most rows live
+        ns_array, live_array = np.array(ns), np.array(live, dtype=np.float64)
+        previous = cache.cached(code)
+
+        def select(code: int = code, ns_array: np.ndarray = ns_array) -> np.ndarray:
+            nonlocal computed
+            computed += 1
+            return ns_array == code
+
+        found = cache.get(code, (version, len(ns)), now, live_array, select)
+        reused += found is previous
+        assert found.rows().tolist() == np.flatnonzero((ns_array == code) & (live_array > now)).tolist()
+    assert reused > 700 and computed < 2100  # told nothing (every change a new version): about 350 and 2,500
