@@ -395,6 +395,7 @@ class StoreReplacement:
         if self.audit is not None:
             record_audit(operation=self.audit.operation, actor=self.audit.actor, namespace="*", details=self.audit.details,
                          at=self.at)
+        admission.fold_crowded()  # PostgreSQL: the load appended a usage row per memory; each namespace's become one
         transaction.on_commit(sync_indexes)
 
 

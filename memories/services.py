@@ -13,6 +13,7 @@ from bhgbrain_site.core.errors import Conflict, EmbeddingUnavailable, InvalidInp
 from memories import conversations, funnel
 from memories.embeddings import get_embedder, to_bytes
 from memories.models import Collection, Memory
+from memories.quotas import admission, usage
 from memories.quotas.admission import lock_namespace
 from memories.remember import ensure_collection
 from memories.selectors import parse_memory_id
@@ -87,8 +88,9 @@ def memories_vector_sync(*, limit: int = 500) -> dict[str, int]:
 
 def memories_index_catch_up() -> dict[str, int]:
     """The scheduled vector_sync: embed rows left with vector_synced=false, push the change feed to
-    the index (an external index such as Qdrant catches up after an outage), and refill a Qdrant
-    that lost points the feed had already delivered."""
+    the index (an external index such as Qdrant catches up after an outage), refill a Qdrant
+    that lost points the feed had already delivered, and fold the usage rows of a namespace that
+    has gathered many (PostgreSQL)."""
     from memories.indexes.embedded import get_vector_index
     from memories.indexes.qdrant import QdrantVectorIndex
 
@@ -96,6 +98,7 @@ def memories_index_catch_up() -> dict[str, int]:
     index = get_vector_index()
     result["feed_rows_applied"] = index.sync() if index is not None else 0
     result["refilled"] = index.refill() if isinstance(index, QdrantVectorIndex) else 0
+    result["usage_folded"] = admission.fold_crowded(usage.FOLD_AT)  # between the nightly cleanup's folds
     return result
 
 

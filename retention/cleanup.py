@@ -243,12 +243,7 @@ def _quota_trim_batch(namespace: str, now: datetime, tier: str | None) -> int:
 def usage_fold() -> int:
     """Fold each namespace's usage rows into one (PostgreSQL; memories/quotas/usage.py), each under
     the namespace's quota lock; how many namespaces were folded."""
-    crowded = usage.crowded()
-    for namespace in crowded:
-        with transaction.atomic():
-            admission.lock_namespace(namespace)
-            usage.fold(namespace)
-    return len(crowded)
+    return admission.fold_crowded()
 
 
 def memories_consolidate(*, now: datetime | None = None) -> int:

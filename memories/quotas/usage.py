@@ -185,12 +185,12 @@ def fold(namespace: str) -> None:
         )
 
 
-def crowded() -> list[str]:
-    """Namespaces with more than one row (PostgreSQL: what the cleanup folds)."""
+def crowded(more_than: int = 1) -> list[str]:
+    """Namespaces with more than ``more_than`` rows (PostgreSQL: what a fold makes one)."""
     if connection.vendor != "postgresql":
         return []
     with connection.cursor() as cursor:
-        cursor.execute("SELECT namespace FROM namespace_usage GROUP BY namespace HAVING COUNT(*) > 1")
+        cursor.execute("SELECT namespace FROM namespace_usage GROUP BY namespace HAVING COUNT(*) > %s", [more_than])
         return [namespace for (namespace,) in cursor.fetchall()]
 
 

@@ -219,6 +219,37 @@ def test_the_database_keeps_every_namespace_count_whatever_path_wrote(hash_embed
     assert _kept_counts() == _true_counts()
 
 
+def _usage_rows() -> dict[str, int]:
+    """How many rows of the usage table each namespace has (PostgreSQL appends one a change)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT namespace, COUNT(*) FROM namespace_usage GROUP BY namespace")
+        return dict(cursor.fetchall())
+
+
+def test_a_restored_store_leaves_one_usage_row_a_namespace(hash_embedder, bhg_config, tmp_path) -> None:  # noqa: ANN001
+    # A restore appends a usage row per memory on PostgreSQL; every reader of the counts sums
+    # them (a million rows: 120-145 ms a read) until folded, so the restore folds them.
+    from retention.backups import create, restore
+
+    thread_append(messages=[_message("alpha", i) for i in range(usage.FOLD_AT + 8)], actor="test")
+    _fill("beta", 3)
+    saved = create.backup_create(actor="test")
+    restore.backup_restore(path=saved.path, actor="test")
+    assert _usage_rows() == {"alpha": 1, "beta": 1}
+    assert _kept_counts() == _true_counts()
+
+
+def test_the_scheduled_sync_folds_a_namespace_that_gathered_many_usage_rows(hash_embedder, bhg_config) -> None:
+    from memories.services import memories_index_catch_up
+
+    thread_append(messages=[_message("alpha", i) for i in range(usage.FOLD_AT + 8)], actor="test")
+    _fill("beta", 2)
+    result = memories_index_catch_up()
+    assert _usage_rows()["alpha"] == 1  # more than FOLD_AT rows: folded
+    assert result["usage_folded"] == (1 if connection.vendor == "postgresql" else 0)
+    assert _kept_counts() == _true_counts()
+
+
 def test_lost_triggers_are_made_again_with_the_counts(hash_embedder) -> None:
     """SQLite drops a table's triggers when a migration rebuilds it: migrate's post_migrate puts them back."""
     _fill("alpha", 2)
