@@ -277,7 +277,7 @@ def test_a_real_server_rides_out_an_openai_outage(tmp_path: Path, e5: LocalE5Emb
 
         fake.down.clear()
         assert _scheduled_vector_sync(live, env) | {"feed_rows_applied": 0} == {
-            "synced": len(DURING), "failed": 0, "pending": 0, "feed_rows_applied": 0, "refilled": 0}
+            "synced": len(DURING), "failed": 0, "pending": 0, "feed_rows_applied": 0, "refilled": 0, "usage_folded": 0}
         health = _health_within(live, lambda h: h["status"] == "healthy", seconds=15)  # another process synced
         assert health["status"] == "healthy" and health["retention"]["unsynced_vectors"] == 0, health
         for content, question in DURING.items():  # the server's index picked the new vectors up from the feed
