@@ -82,8 +82,10 @@ def _load_kernel() -> None:
 
 
 def compiled_gather(wait: float | None = 0.0) -> ModuleType | None:
-    """The compiled gather once loaded, else None; ``wait`` seconds for a load under way (None:
-    until it ends; benchmarks and tests)."""
+    """The compiled gather once loaded (and not turned off since), else None; ``wait`` seconds for
+    a load under way (None: until it ends; benchmarks and tests)."""
+    if not _compiled_allowed():
+        return None
     if _kernel_state == "loading" and wait != 0.0:
         _kernel_settled.wait(wait)
     return _kernel if _kernel_state == "ready" else None
