@@ -104,15 +104,19 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
                 self._ann.drop(row)
 
     def _fits(self, row: int) -> Callable[[Hashable], bool]:
-        """Whether ``row`` is one a kind of search of ``_eligible_rows`` selects (expiry aside)."""
-        rows = self._rows
+        """Whether ``row`` is one a kind of search selects (expiry aside): ``_selected`` over that row."""
+        return lambda kind: bool(self._selected(kind, row, row + 1)[0])  # type: ignore[arg-type]
 
-        def fits(kind: Hashable) -> bool:
-            ns_codes, coll_code, facts_only = kind  # type: ignore[misc]
-            return (int(rows.ns[row]) in ns_codes and (coll_code is None or int(rows.coll[row]) == coll_code)
-                    and not (facts_only and bool(rows.threaded[row])))
-
-        return fits
+    def _selected(self, kind: tuple[tuple[int, ...], int | None, bool], start: int, stop: int) -> np.ndarray:
+        """A mask of rows ``start:stop`` in the namespaces and collection of ``kind`` (facts only if
+        asked): what a kind of search may return, expiry aside."""
+        rows, (ns_codes, coll_code, facts_only) = self._rows, kind
+        mask = rows_in(rows.ns[start:stop], ns_codes)
+        if coll_code is not None:
+            mask &= rows.coll[start:stop] == coll_code
+        if facts_only:
+            mask &= ~rows.threaded[start:stop]
+        return mask
 
     def _move_expiry(self, memory_id: str, until: float) -> None:
         row = self._rows.ids.row(memory_id)
@@ -258,17 +262,9 @@ class EmbeddedVectorIndex(VectorCapture, InProcessIndex):
         facts only if asked), as a mask and as row numbers: reused until a row is written or
         dropped, or one of them expires (at a million rows, computing them took a few ms of
         every search)."""
-        rows = self._rows
-
-        def select() -> np.ndarray:
-            mask = rows_in(rows.ns[:top], ns_codes)
-            if coll_code is not None:
-                mask &= rows.coll[:top] == coll_code
-            if facts_only:
-                mask &= ~rows.threaded[:top]
-            return mask
-
-        return self._eligible.get((ns_codes, coll_code, facts_only), (self._version, top), now, rows.live[:top], select)
+        kind = (ns_codes, coll_code, facts_only)
+        return self._eligible.get(kind, (self._version, top), now, self._rows.live[:top],
+                                  lambda: self._selected(kind, 0, top))
 
     def sync(self) -> int:
         """Replay the change feed now (searches do it anyway)."""
