@@ -36,8 +36,8 @@ from django.db.models import Max
 from django.utils import timezone
 
 from memories import conversations
+from memories.indexes import feed_cursor
 from memories.indexes.embedded import get_vector_index
-from memories.indexes.feed_cursor import take_transaction_id
 from memories.models import AuditLog, ChangeFeedEntry, Memory, MemoryRevision
 from memories.quotas import admission
 
@@ -135,18 +135,15 @@ def _audit_rows(memories: Iterable[Memory], audit_of: Callable[[Memory], Audit |
 
 
 def _feed(memory_ids: Iterable[uuid.UUID], op: str) -> None:
-    """Append the feed rows, the transaction's id taken first (readers track it: feed_cursor)."""
+    """Append the feed rows (readers track the transaction's id: feed_cursor)."""
     with transaction.atomic(savepoint=False):
-        take_transaction_id()
-        ChangeFeedEntry.objects.bulk_create((ChangeFeedEntry(memory_id=memory_id, op=op) for memory_id in memory_ids),
-                                            batch_size=2000)
+        feed_cursor.append(list(memory_ids), op, timezone.now())
 
 
 def _feed_one(memory_id: uuid.UUID, op: str) -> int:
     """One feed row as ``_feed`` appends them; its id."""
     with transaction.atomic(savepoint=False):
-        take_transaction_id()
-        return ChangeFeedEntry.objects.create(memory_id=memory_id, op=op).pk
+        return feed_cursor.append([memory_id], op, timezone.now())[0]
 
 
 def _feed_op(changed: frozenset[str] | None) -> str | None:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from bhgbrain_site.core.contracts import MAX_TAGS
@@ -181,20 +182,45 @@ def _live_duplicate(namespace: str, checksum: str) -> Memory | None:
     return next(iter(rows.defer("embedding")[:1]), None)
 
 
-def _known_version(prep: Prepared) -> Memory | None:
+SAME_TEXT_ROWS = 64  # versions with one text read at once; a namespace holding more asks again for the one it needs
+
+
+@dataclass(frozen=True)
+class SameText:
+    """The namespace's live facts (not messages) holding a write's text: the current one (there is
+    at most one: uniq_live_memory_checksum) and its superseded versions, newest first. One query before
+    the write serves both of remember's checks (a retry, a known version)."""
+
+    current: Memory | None
+    superseded: list[Memory]
+    complete: bool  # every superseded version is in the list
+
+
+def _same_text(namespace: str, checksum: str) -> SameText:
+    current_first = Case(When(superseded_by__isnull=True, then=Value(0)), default=Value(1))
+    rows = list(Memory.objects.filter(namespace=namespace, checksum=checksum, archived=False, thread__isnull=True)
+                .defer("embedding").order_by(current_first, "-created_at")[:SAME_TEXT_ROWS + 1])
+    current = rows[0] if rows and rows[0].superseded_by is None else None
+    return SameText(current, rows[1:] if current is not None else rows, complete=len(rows) <= SAME_TEXT_ROWS)
+
+
+def _known_version(prep: Prepared, same: SameText) -> Memory | None:
     """A superseded version that says what this write says, when the write cannot mean to bring it
     back: without key, supersedes or valid_from the same text again is a retry (NOOP, as before
     facts had versions; to bring an old fact back, name what it replaces or its key); with a key
     and a start, the same text at the same start of that key is that version again."""
     data = prep.data
-    rows = Memory.objects.filter(namespace=data.namespace, checksum=prep.checksum, archived=False,
-                                 thread__isnull=True, superseded_by__isnull=False).defer("embedding")
     if not _links(data) and data.valid_from is None:
-        return rows.order_by("-created_at").first()
+        return same.superseded[0] if same.superseded else None
     start = data.valid_from or data.occurred_at
-    if data.key and not data.supersedes and start is not None:
-        return rows.filter(fact_key=data.key, valid_from=start).first()
-    return None
+    if not data.key or data.supersedes or start is None:
+        return None
+    found = next((m for m in same.superseded if m.fact_key == data.key and m.valid_from == start), None)
+    if found is not None or same.complete:
+        return found
+    return (Memory.objects.filter(namespace=data.namespace, checksum=prep.checksum, archived=False, thread__isnull=True,
+                                  superseded_by__isnull=False, fact_key=data.key, valid_from=start)
+            .defer("embedding").first())
 
 
 def _wants_tier_change(prep: Prepared, memory: Memory) -> bool:
@@ -440,7 +466,8 @@ def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
     if data.thread:
         return message_remember(data=data, actor=actor)
     prep = prepare(data)
-    existing = _live_duplicate(data.namespace, prep.checksum)
+    same = _same_text(data.namespace, prep.checksum)
+    existing = same.current
     if existing is not None and not _wants_tier_change(prep, existing):
         if not _links(prep.data):
             return result(existing, Operation.NOOP)  # before any embedding work
@@ -449,7 +476,7 @@ def memory_remember(*, data: RememberInput, actor: str) -> RememberResult:
             locked = Memory.objects.select_for_update().filter(pk=existing.pk).first()
             if locked is not None:
                 return _restated(locked, prep, actor, timezone.now())
-    known = _known_version(prep) if existing is None else None
+    known = _known_version(prep, same) if existing is None else None
     if known is not None:
         return result(known, Operation.NOOP)
     vector, embedder = embed_or_degrade(conversations.keyed_passage(prep.content, prep.data.key))

@@ -50,11 +50,9 @@ def _fields(memory: Any, context: str) -> tuple[str, str, str]:
 
 def _sqlite_index(memory: Any, context: str) -> None:
     content, tags, context_words = _fields(memory, context)
-    rowid = fts_rowid(memory.id)
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM memories_fts WHERE rowid = %s", [rowid])
-        cursor.execute("INSERT INTO memories_fts (rowid, content, tags, context, memory_id) VALUES (%s, %s, %s, %s, %s)",
-                       [rowid, content, tags, context_words, memory.id.hex])
+    with connection.cursor() as cursor:  # one statement: FTS5 replaces a row's terms with the row
+        cursor.execute("INSERT OR REPLACE INTO memories_fts (rowid, content, tags, context, memory_id) "
+                       "VALUES (%s, %s, %s, %s, %s)", [fts_rowid(memory.id), content, tags, context_words, memory.id.hex])
 
 
 def _pg_index(memory: Any, context: str) -> None:

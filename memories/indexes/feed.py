@@ -19,7 +19,7 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from memories.indexes.feed_cursor import NO_PENDING, has_news, read_after, start_position
+from memories.indexes.feed_cursor import NO_PENDING, read_after, start_position
 from memories.indexes.rebuilds import Rebuilding
 from memories.indexes.vectors import until_of
 from memories.models import AuditLog, ChangeFeedEntry, Memory, VectorIndexCursor
@@ -105,18 +105,19 @@ class FeedReader:
     def read(self) -> list[tuple[int, uuid.UUID, str]] | None:
         """The rows since the last read (late commits included), or None when the reader must
         reload everything."""
-        found, self.pending = has_news(self.last_change, self.pending)
-        if not found:
-            self.caught_up_at = time.monotonic()
-            return []
+        # One statement, news or not: a probe first cost a second round trip whenever there was
+        # news (every search after a write).
         read = read_after(self.last_change, self.pending)
         changes = read.rows
         caught_up_at, self.caught_up_at = self.caught_up_at, time.monotonic()
-        if changes and needs_reload(changes, caught_up_at):
+        if not changes:
+            self.pending = read.pending
+            return []
+        if needs_reload(changes, caught_up_at):
             return None
         self._before = (self.last_change, self.last_memory_id, self.pending)
-        newest = changes[-1] if changes else None
-        if newest is not None and newest[0] > self.last_change:
+        newest = changes[-1]
+        if newest[0] > self.last_change:
             self.last_change, self.last_memory_id = newest[0], str(newest[1])
         self.pending = read.pending
         return changes

@@ -11,8 +11,8 @@ its transaction's id (the ``tx`` column, PostgreSQL only: migration memories 001
 returns the rows after the position *and* the rows of pending transactions that committed
 since; a pending transaction is dropped once a read's snapshot shows it ended (whatever it
 wrote was in that very read). Rows, position and snapshot come from one statement, so nothing
-commits between them. A writer takes its transaction id before its first feed row
-(``take_transaction_id``): a transaction that drew a feed id always shows up as running.
+commits between them. A writer's transaction takes its id before its first feed row takes one
+(``append``): a transaction that drew a feed id always shows up as running.
 
 SQLite has one writer at a time, so ids commit in order there: ``pending`` stays empty and a
 read is the plain ``id > position``.
@@ -20,8 +20,9 @@ read is the plain ``id > position``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import connection
 
@@ -48,12 +49,32 @@ def tracks_transactions() -> bool:
     return connection.vendor == "postgresql"
 
 
-def take_transaction_id() -> None:
-    """Before a write's first feed row (inside its transaction): the transaction gets its id now,
-    so a reader that sees a later row sees this transaction running (PostgreSQL; else nothing)."""
-    if tracks_transactions():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_current_xact_id()")
+# The transaction's id is taken in a materialised CTE: the INSERT's projection, which draws each
+# row's id from the sequence, runs only on the rows the CTE scan hands it, so the transaction has
+# its id before it has a feed id (one statement: taking it first cost a round trip every write).
+APPEND = """WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS tx)
+INSERT INTO {table} (memory_id, op, created_at, tx)
+SELECT u.memory_id, %s, %s, x.tx FROM x CROSS JOIN unnest(%s::uuid[]) WITH ORDINALITY AS u(memory_id, n)
+ORDER BY u.n RETURNING id"""
+APPEND_BATCH = 2000  # rows per statement
+
+
+def append(memory_ids: Sequence[uuid.UUID], op: str, at: datetime) -> list[int]:
+    """Append one feed row per memory (call inside the write's transaction); their ids, in order.
+    On PostgreSQL the transaction takes its id before the rows take theirs, so a reader that sees
+    a later row sees this transaction running until it commits."""
+    if not memory_ids:
+        return []
+    if not tracks_transactions():
+        rows = ChangeFeedEntry.objects.bulk_create(
+            (ChangeFeedEntry(memory_id=memory_id, op=op, created_at=at) for memory_id in memory_ids), batch_size=2000)
+        return [row.pk for row in rows]
+    ids: list[int] = []
+    with connection.cursor() as cursor:
+        for start in range(0, len(memory_ids), APPEND_BATCH):
+            cursor.execute(_sql(APPEND), [str(op), at, [str(m) for m in memory_ids[start:start + APPEND_BATCH]]])
+            ids += [row[0] for row in cursor.fetchall()]
+    return ids
 
 
 NEWEST = "SELECT id, memory_id FROM {table} ORDER BY id DESC LIMIT 1"
