@@ -60,12 +60,15 @@ APPEND_BATCH = 2000  # rows per statement
 
 
 def append(memory_ids: Sequence[uuid.UUID], op: str, at: datetime) -> list[int]:
-    """Append one feed row per memory (call inside the write's transaction); their ids, in order.
-    On PostgreSQL the transaction takes its id before the rows take theirs, so a reader that sees
-    a later row sees this transaction running until it commits."""
+    """Append one feed row per memory (call inside the write's transaction); their ids, in order
+    (SQLite before 3.35 returns none from a bulk insert: a caller that needs the id appends one
+    row). On PostgreSQL the transaction takes its id before the rows take theirs, so a reader that
+    sees a later row sees this transaction running until it commits."""
     if not memory_ids:
         return []
     if not tracks_transactions():
+        if len(memory_ids) == 1:
+            return [ChangeFeedEntry.objects.create(memory_id=memory_ids[0], op=op, created_at=at).pk]
         rows = ChangeFeedEntry.objects.bulk_create(
             (ChangeFeedEntry(memory_id=memory_id, op=op, created_at=at) for memory_id in memory_ids), batch_size=2000)
         return [row.pk for row in rows]
