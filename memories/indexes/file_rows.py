@@ -18,16 +18,16 @@ mapping (measured on 2-core hosts; docs/performance.md has the resident memory i
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
-import threading
 import weakref
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 from numpy.lib import format as npy_format
+
+from bhgbrain_site.core.background_load import BackgroundLoad
 
 # Above this many rows a gather reads through the mapping: one system call per row costs ~1-3 µs,
 # the mapping ~0.5 µs, and a gather this large (a small namespace's every row in a large store)
@@ -39,11 +39,7 @@ PREAD_MAX_ROWS = 4_096
 COMPILED_MIN_ROWS = 100_000
 DISABLE_ENV = "BHGBRAIN_COMPILED_GATHER"  # "0": always the Python loop
 
-log = logging.getLogger(__name__)
-_kernel_lock = threading.Lock()
-_kernel_state = "idle"  # idle → loading → ready | unavailable
-_kernel: ModuleType | None = None
-_kernel_settled = threading.Event()
+LOADER = BackgroundLoad("compiled row gather", "bhgbrain-gather-compile")  # the process's one load of it
 
 
 def _compiled_allowed() -> bool:
@@ -54,31 +50,15 @@ def _compiled_allowed() -> bool:
 
 def prepare_compiled() -> None:
     """Start loading the compiled gather on a background thread (once a process)."""
-    global _kernel_state
-    if not _compiled_allowed():
-        return
-    with _kernel_lock:
-        if _kernel_state != "idle":
-            return
-        _kernel_state = "loading"
-    threading.Thread(target=_load_kernel, daemon=True, name="bhgbrain-gather-compile").start()
+    if _compiled_allowed() and LOADER.state == "idle":
+        LOADER.start(_load_kernel)
 
 
-def _load_kernel() -> None:
-    global _kernel, _kernel_state
-    try:
-        kernel = importlib.import_module("memories.indexes.gather_kernel")
-        probe = np.zeros((1, 1), dtype=np.float32)
-        kernel.gather(-1, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), probe, 0, 4)  # compiles (or loads) it
-    except Exception:  # noqa: BLE001 - numba missing or no build here: the Python loop reads the rows
-        log.warning("compiled row gather unavailable; snapshot rows are read from Python", exc_info=True)
-        with _kernel_lock:
-            _kernel_state = "unavailable"
-        _kernel_settled.set()
-        return
-    with _kernel_lock:
-        _kernel, _kernel_state = kernel, "ready"
-    _kernel_settled.set()
+def _load_kernel() -> ModuleType:
+    kernel = importlib.import_module("memories.indexes.gather_kernel")
+    probe = np.zeros((1, 1), dtype=np.float32)
+    kernel.gather(-1, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), probe, 0, 4)  # compiles (or loads) it
+    return kernel
 
 
 def compiled_gather(wait: float | None = 0.0) -> ModuleType | None:
@@ -86,9 +66,7 @@ def compiled_gather(wait: float | None = 0.0) -> ModuleType | None:
     a load under way (None: until it ends; benchmarks and tests)."""
     if not _compiled_allowed():
         return None
-    if _kernel_state == "loading" and wait != 0.0:
-        _kernel_settled.wait(wait)
-    return _kernel if _kernel_state == "ready" else None
+    return LOADER.ready() if wait == 0.0 else LOADER.wait(wait)
 
 
 class FileRows:

@@ -15,18 +15,16 @@ One compiled pass over all of them takes about 2.5 ms, with no bound to keep.
 """
 from __future__ import annotations
 
+import functools
 import importlib
-import logging
 import os
-import threading
 from types import ModuleType
 
 import numpy as np
 
+from bhgbrain_site.core.background_load import BackgroundLoad
 from search.bm25 import topk
 from search.bm25.topk import Bm25, TermList, tf_scale
-
-log = logging.getLogger(__name__)
 
 # A query whose lists hold at least this many postings is scored by the kernels (below it the
 # numpy MaxScore takes well under a millisecond, and the compiled pass still zeroes and scans a
@@ -37,10 +35,7 @@ MIN_POSTINGS = 65_536
 MIN_ROWS = 300_000
 DISABLE_ENV = "BHGBRAIN_COMPILED_BM25"  # "0": never load the kernels
 
-_lock = threading.Lock()
-_state = "idle"  # idle → loading → ready | unavailable
-_kernels: ModuleType | None = None
-_settled = threading.Event()  # set once a load ended (ready or unavailable)
+LOADER = BackgroundLoad("compiled BM25 kernels", "bhgbrain-bm25-compile")  # the process's one load of them
 
 
 def enabled() -> bool:
@@ -59,28 +54,17 @@ def prepare(rows: int, lists: list[TermList], dl: np.ndarray, eligible: np.ndarr
     compiling them there for the array types of ``lists`` (some of the index's own lists: mapped
     read-only, or in RAM), ``dl`` and ``eligible``, so that no search compiles. Keeps no view of
     the arrays (a view of a list in RAM would stop it from growing)."""
-    global _state
-    if rows < MIN_ROWS or not enabled():
+    if rows < MIN_ROWS or not enabled() or LOADER.state != "idle":
         return
-    kinds = _kinds(lists)
-    with _lock:
-        if _state != "idle":
-            return
-        _state = "loading"
-    threading.Thread(target=_load, args=(kinds, kind(dl), kind(eligible)), daemon=True,
-                     name="bhgbrain-bm25-compile").start()
+    LOADER.start(functools.partial(_load, _kinds(lists), kind(dl), kind(eligible)))
 
 
 def load_now(lists: list[TermList] | None = None, dl: np.ndarray | None = None,
              eligible: np.ndarray | None = None) -> ModuleType | None:
     """Load (and compile) the kernels in this thread; the module, or None when unavailable."""
-    global _state
-    with _lock:
-        if _state in ("ready", "unavailable"):
-            return _kernels
-        _state = "loading"
-    _load(_kinds(lists or []), kind(dl) if dl is not None else ("<f4", True), kind(eligible) if eligible is not None else ("|b1", True))
-    return _kernels
+    return LOADER.load_now(functools.partial(
+        _load, _kinds(lists or []), kind(dl) if dl is not None else ("<f4", True),
+        kind(eligible) if eligible is not None else ("|b1", True)))
 
 
 def _kinds(lists: list[TermList]) -> list[tuple[Kind, Kind]]:
@@ -89,19 +73,17 @@ def _kinds(lists: list[TermList]) -> list[tuple[Kind, Kind]]:
 
 def state() -> str:
     """Where the kernels' load is: "idle", "loading", "ready" or "unavailable"."""
-    return _state
+    return LOADER.state
 
 
 def ready() -> ModuleType | None:
     """The kernels when loaded, else None (never waits)."""
-    return _kernels if _state == "ready" else None
+    return LOADER.ready()
 
 
 def wait(timeout: float | None = None) -> ModuleType | None:
     """For benchmarks: wait until a load that was started has ended; the kernels, or None."""
-    if _state == "loading":
-        _settled.wait(timeout)
-    return ready()
+    return LOADER.wait(timeout)
 
 
 def usable(term: TermList) -> bool:
@@ -113,20 +95,10 @@ def usable(term: TermList) -> bool:
 _TFS = frozenset(np.dtype(t) for t in (np.uint8, np.uint16, np.float32))
 
 
-def _load(kinds: list[tuple[Kind, Kind]], dl: Kind, eligible: Kind) -> None:
-    global _state, _kernels
-    try:
-        bm25_kernels = importlib.import_module("search.bm25.kernels")  # numba's import: ~0.6 s
-        _warm(bm25_kernels, kinds, dl, eligible)
-    except Exception:  # noqa: BLE001 - not installed, or no build for this platform: numpy answers
-        log.warning("compiled BM25 kernels unavailable; full-text search uses numpy", exc_info=True)
-        with _lock:
-            _state = "unavailable"
-        _settled.set()
-        return
-    with _lock:
-        _kernels, _state = bm25_kernels, "ready"
-    _settled.set()
+def _load(kinds: list[tuple[Kind, Kind]], dl: Kind, eligible: Kind) -> ModuleType:
+    bm25_kernels = importlib.import_module("search.bm25.kernels")  # numba's import: ~0.6 s
+    _warm(bm25_kernels, kinds, dl, eligible)
+    return bm25_kernels
 
 
 def _array(of: Kind, fill: int) -> np.ndarray:

@@ -5,11 +5,13 @@ for long queries, and numpy answering whenever it is not there."""
 from __future__ import annotations
 
 import sys
+import threading
 from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 
+from bhgbrain_site.core.background_load import BackgroundLoad
 from search.bm25 import compiled
 from search.bm25.text_index import TextIndex
 from search.bm25.topk import Bm25, TermList, top_k
@@ -124,40 +126,36 @@ def test_the_text_index_scores_long_queries_with_the_kernels_once_ready(kernels,
     calls.clear()
     index.score(["w39"], namespace="a", collection=None, now=now, limit=10)  # a short query: numpy's MaxScore
     assert calls == []
-    monkeypatch.setattr(compiled, "_state", "loading")  # not ready yet: numpy, same answer
+    gate = threading.Event()
+    loading = BackgroundLoad("test kernels", "test-load")
+    loading.start(lambda: gate.wait(10) and kernels)
+    monkeypatch.setattr(compiled, "LOADER", loading)  # not ready yet: numpy, same answer
+    assert compiled.state() == "loading"
     assert [s for _, s in index.score(queries[0], namespace="a", collection=None, now=now, limit=10)] == pytest.approx(
         [s for _, s in scored[0]], rel=1e-6)
     assert calls == []
+    gate.set()
+    assert loading.wait(10) is kernels
 
 
 def test_small_indexes_never_load_numba_and_a_failed_load_leaves_numpy(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(compiled, "_state", "idle")
-    monkeypatch.setattr(compiled, "_kernels", None)
-    started: list[object] = []
-    monkeypatch.setattr(compiled.threading, "Thread", lambda **kwargs: started.append(kwargs) or _NoThread())
+    monkeypatch.setattr(compiled, "LOADER", BackgroundLoad("compiled BM25 kernels", "test-load"))
     dl, eligible = np.ones(4, dtype=np.float32), np.ones(4, dtype=np.bool_)
     compiled.prepare(compiled.MIN_ROWS - 1, [], dl, eligible)
-    assert started == [] and compiled.state() == "idle"
+    assert compiled.state() == "idle"
     monkeypatch.setenv(compiled.DISABLE_ENV, "0")
     compiled.prepare(compiled.MIN_ROWS, [], dl, eligible)
-    assert started == []
+    assert compiled.state() == "idle"
     monkeypatch.delenv(compiled.DISABLE_ENV)
-    compiled.prepare(compiled.MIN_ROWS, [], dl, eligible)
-    assert len(started) == 1 and compiled.state() == "loading"
-    assert compiled.ready() is None
     # numba missing (or failing): the load ends unavailable, and the index still answers
     monkeypatch.setitem(sys.modules, "search.bm25.kernels", None)
-    started[0]["target"](*started[0]["args"])
-    assert compiled.state() == "unavailable" and compiled.ready() is None
+    compiled.prepare(compiled.MIN_ROWS, [], dl, eligible)
+    assert compiled.state() in ("loading", "unavailable")
+    assert compiled.wait(30) is None and compiled.state() == "unavailable" and compiled.ready() is None
     index = _filled_index()
     now = datetime(2026, 1, 1, tzinfo=UTC)
     got = [s for _, s in index.score(["w0", "w1"], namespace="a", collection=None, now=now, limit=10)]
     np.testing.assert_allclose(got, _reference(index, ["w0", "w1"], "a", now.timestamp()), rtol=1e-5)
-
-
-class _NoThread:
-    def start(self) -> None:
-        pass
 
 
 def test_the_primer_starts_the_load_for_a_large_index_with_its_kinds_of_lists(monkeypatch) -> None:  # noqa: ANN001
