@@ -136,6 +136,7 @@ class InProcessIndex:
     def _rebuild_rows(self, progress: rebuilds.Progress) -> None:
         """On the rebuild's thread: read the rows a chunk per hold of the lock, then catch up on the
         feed; stop if the index was discarded or reloaded meanwhile (it is no longer ``_rebuild``)."""
+        rebuilds.before_reading(progress)
         with self._lock:
             reading = self._load_rows(rebuilds.policy.chunk_rows)
         before = 0

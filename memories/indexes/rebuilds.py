@@ -16,7 +16,8 @@ chunks it pauses while one is under way, so the search has a core and the GIL to
 million rows on two vCPUs, a degraded full-text search beside a running text rebuild (and another
 process building vector graphs) took 5.5 s instead of 0.3 s alone. The pauses are bounded
 (``policy.give_way_s`` plus ``policy.give_way_share`` of the rebuild's time so far), so searches
-without end delay a rebuild by at most that share.
+without end delay a rebuild by at most that share. The first read waits too (:func:`before_reading`):
+it is the heaviest, and the search that started the rebuild is being answered from the same tables.
 
 Public seams: :data:`policy` (the threshold, chunk size and pauses, :func:`configured` for tests),
 :func:`watching` (a listener called after every chunk, on the rebuild's thread), :func:`wait`,
@@ -42,6 +43,7 @@ BACKGROUND_MIN_ROWS = 20_000  # below it a load takes well under a second: done 
 CHUNK_ROWS = 2_000  # rows read per hold of the index's lock (tens of ms: a search waits at most that)
 GIVE_WAY_S = 2.0  # a rebuild pauses for searches answered around it this long in all,
 GIVE_WAY_SHARE = 0.5  # plus this share of its own time so far
+STARTER_GRACE_S = 0.05  # a rebuild waits this long at most for the search that started it to begin its answer
 
 
 @dataclass
@@ -68,6 +70,7 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
     paused_s: float = 0.0  # time given way to searches answered around it
+    first_wait_s: float = 0.0  # of which before the first read (not charged to the pauses' budget)
 
     @property
     def elapsed_s(self) -> float:
@@ -169,12 +172,31 @@ def answering_around() -> Iterator[None]:
                 _NONE_ANSWERING.set()
 
 
+def before_reading(progress: Progress) -> None:
+    """Called by a rebuild before its first read. The search that started it is about to be answered
+    around it, from the same tables (its degraded path), while the first read is the heaviest (on
+    PostgreSQL the whole result arrives at once: both tables read, 2.6 s of a first search at a
+    million rows on a cold cache): that read waits for the answer, up to ``policy.give_way_s``,
+    apart from the budget of the pauses between chunks. The search begins its answer as soon as
+    it leaves the index's lock; a rebuild that no search answers around (its starter took the
+    rows read so far) waits ``STARTER_GRACE_S`` for nothing."""
+    deadline = time.monotonic() + STARTER_GRACE_S
+    while _NONE_ANSWERING.is_set() and not _STOP.is_set() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    if _NONE_ANSWERING.is_set() or _STOP.is_set():
+        return
+    started = time.monotonic()
+    _NONE_ANSWERING.wait(policy.give_way_s)
+    progress.first_wait_s = time.monotonic() - started
+    progress.paused_s += progress.first_wait_s
+
+
 def _give_way(progress: Progress) -> None:
     """Pause while a search is answered around a rebuild, within the rebuild's budget of pauses."""
     if _NONE_ANSWERING.is_set() or _STOP.is_set():
         return
     running = time.monotonic() - progress.started - progress.paused_s
-    budget = policy.give_way_s + policy.give_way_share * running - progress.paused_s
+    budget = policy.give_way_s + policy.give_way_share * running - (progress.paused_s - progress.first_wait_s)
     if budget <= 0:
         return
     started = time.monotonic()

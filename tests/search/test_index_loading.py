@@ -7,6 +7,7 @@ runs while the rebuild is provably under way."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -111,6 +112,26 @@ def test_the_search_that_starts_a_rebuild_counts_no_memories(stored, gate) -> No
     assert counts == []
     (degraded,) = during["meta"]["degraded"]
     assert degraded["rows_total"] == len(TEXTS)
+
+
+def test_the_rebuild_reads_nothing_while_the_search_that_started_it_is_answered(stored, gate, monkeypatch) -> None:  # noqa: ANN001
+    """The first read (on PostgreSQL the whole table at once) waits for the degraded answer of the
+    search that started the rebuild: both read the same tables."""
+    seen: list[tuple[int, bool]] = []
+    original = fulltext_db.search
+
+    def answered_slowly(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        time.sleep(0.3)  # the rebuild's thread has long started
+        rebuild = _text().rebuilding
+        seen.append((rebuild.rows_loaded if rebuild is not None else -1, gate.reached.is_set()))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(fulltext_db, "search", answered_slowly)
+    during = _search("lighthouse door", "fulltext")
+    assert seen == [(0, False)]
+    assert _ids(during)[0] == stored[TEXTS[0]]
+    assert gate.reached.wait(10)  # then it reads
+    gate.open()
 
 
 def test_a_fulltext_search_during_the_rebuild_answers_from_the_database(stored, gate) -> None:  # noqa: ANN001
