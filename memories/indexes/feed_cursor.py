@@ -12,7 +12,7 @@ returns the rows after the position *and* the rows of pending transactions that 
 since; a pending transaction is dropped once a read's snapshot shows it ended (whatever it
 wrote was in that very read). Rows, position and snapshot come from one statement, so nothing
 commits between them. A writer's transaction takes its id before its first feed row takes one
-(``append``): a transaction that drew a feed id always shows up as running.
+(``append_statement``): a transaction that drew a feed id always shows up as running.
 
 SQLite has one writer at a time, so ids commit in order there: ``pending`` stays empty and a
 read is the plain ``id > position``.
@@ -20,9 +20,8 @@ read is the plain ``id > position``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 
 from django.db import connection
 
@@ -56,28 +55,13 @@ APPEND = """WITH x AS MATERIALIZED (SELECT pg_current_xact_id() AS tx)
 INSERT INTO {table} (memory_id, op, created_at, tx)
 SELECT u.memory_id, %s, %s, x.tx FROM x CROSS JOIN unnest(%s::uuid[]) WITH ORDINALITY AS u(memory_id, n)
 ORDER BY u.n RETURNING id"""
-APPEND_BATCH = 2000  # rows per statement
 
 
-def append(memory_ids: Sequence[uuid.UUID], op: str, at: datetime) -> list[int]:
-    """Append one feed row per memory (call inside the write's transaction); their ids, in order
-    (SQLite before 3.35 returns none from a bulk insert: a caller that needs the id appends one
-    row). On PostgreSQL the transaction takes its id before the rows take theirs, so a reader that
-    sees a later row sees this transaction running until it commits."""
-    if not memory_ids:
-        return []
-    if not tracks_transactions():
-        if len(memory_ids) == 1:
-            return [ChangeFeedEntry.objects.create(memory_id=memory_ids[0], op=op, created_at=at).pk]
-        rows = ChangeFeedEntry.objects.bulk_create(
-            (ChangeFeedEntry(memory_id=memory_id, op=op, created_at=at) for memory_id in memory_ids), batch_size=2000)
-        return [row.pk for row in rows]
-    ids: list[int] = []
-    with connection.cursor() as cursor:
-        for start in range(0, len(memory_ids), APPEND_BATCH):
-            cursor.execute(_sql(APPEND), [str(op), at, [str(m) for m in memory_ids[start:start + APPEND_BATCH]]])
-            ids += [row[0] for row in cursor.fetchall()]
-    return ids
+def append_statement() -> str:
+    """The INSERT that appends feed rows on PostgreSQL (parameters: op, created_at, the memory ids
+    as an array; returns their ids in order), its transaction's id taken first. The funnel runs
+    it: it is the only writer of feed rows."""
+    return _sql(APPEND)
 
 
 NEWEST = "SELECT id, memory_id FROM {table} ORDER BY id DESC LIMIT 1"
