@@ -293,7 +293,8 @@ class ModelThread:
         return self.submit(priority, work, batch).result()
 
 
-PASSAGE_NICE = 10  # a passage lane's scheduling niceness: requests and queries preempt it
+PASSAGE_NICE = 10  # how much a passage lane lowers its priority: requests and queries preempt it
+MAX_NICE = 19  # the lowest priority Linux gives
 
 
 def _yield_cpu_to_requests() -> None:
@@ -303,7 +304,8 @@ def _yield_cpu_to_requests() -> None:
     if sys.platform != "linux":
         return
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PASSAGE_NICE)
+        thread = threading.get_native_id()  # it started at its creator's niceness: lower it from there
+        os.setpriority(os.PRIO_PROCESS, thread, min(MAX_NICE, os.getpriority(os.PRIO_PROCESS, thread) + PASSAGE_NICE))
     except OSError:  # not allowed here: the lane keeps the process's priority
         logger.debug("could not lower the passage lane's priority", exc_info=True)
 
