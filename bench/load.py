@@ -53,7 +53,7 @@ sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 import httpx  # noqa: E402
 import search_latency as lat  # noqa: E402 - store set-up, sentences and machine facts are shared
 from machine import load_average  # noqa: E402
-from workers_load import preload_store, rss_mib, start_server, stop_server  # noqa: E402
+from workers_load import preload_store, rss_mib, start_server, stop_server, warm_up  # noqa: E402
 
 MIXES = {  # operation -> weight (per 100)
     # every operation an agent uses, writes and reads about half and half
@@ -603,9 +603,8 @@ def run(args: argparse.Namespace, home: Path, db_url: str | None) -> dict[str, A
     load_before = load_average()
     proc, url = start_server(home, args.workers, env, scheduler=not args.no_scheduler)
     try:
-        with httpx.Client(base_url=url, timeout=120) as warm:  # load both indexes before the clock starts
-            for namespace in namespaces:
-                warm.post("/tool/search", json={"query": questions[0], "namespace": namespace, "mode": "hybrid"})
+        # every worker loads both indexes before the clock starts (one connection reaches one worker)
+        asyncio.run(warm_up(url, args.workers, questions, namespaces))
         model_before = model_seconds(url)
         outcome = asyncio.run(run_load(url, args, workload, namespaces, proc))
         model_after = model_seconds(url)
