@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Case, Value, When
+from django.db.models import Case, QuerySet, Value, When
 from django.utils import timezone
 
 from bhgbrain_site.core.contracts import MAX_TAGS
@@ -175,11 +175,14 @@ def prepare(data: RememberInput) -> Prepared:
     )
 
 
+def _live_facts(namespace: str, checksum: str) -> QuerySet[Memory]:
+    """The namespace's live facts (not conversation messages) holding this content, current or superseded."""
+    return Memory.objects.filter(namespace=namespace, checksum=checksum, archived=False, thread__isnull=True).defer("embedding")
+
+
 def _live_duplicate(namespace: str, checksum: str) -> Memory | None:
     """The live, current fact (not a conversation message) with this content."""
-    rows = Memory.objects.filter(namespace=namespace, checksum=checksum, archived=False, thread__isnull=True,
-                                 superseded_by__isnull=True)
-    return next(iter(rows.defer("embedding")[:1]), None)
+    return next(iter(_live_facts(namespace, checksum).filter(superseded_by__isnull=True)[:1]), None)
 
 
 SAME_TEXT_ROWS = 64  # versions with one text read at once; a namespace holding more asks again for the one it needs
@@ -198,8 +201,7 @@ class SameText:
 
 def _same_text(namespace: str, checksum: str) -> SameText:
     current_first = Case(When(superseded_by__isnull=True, then=Value(0)), default=Value(1))
-    rows = list(Memory.objects.filter(namespace=namespace, checksum=checksum, archived=False, thread__isnull=True)
-                .defer("embedding").order_by(current_first, "-created_at")[:SAME_TEXT_ROWS + 1])
+    rows = list(_live_facts(namespace, checksum).order_by(current_first, "-created_at")[:SAME_TEXT_ROWS + 1])
     current = rows[0] if rows and rows[0].superseded_by is None else None
     return SameText(current, rows[1:] if current is not None else rows, complete=len(rows) <= SAME_TEXT_ROWS)
 
@@ -218,9 +220,8 @@ def _known_version(prep: Prepared, same: SameText) -> Memory | None:
     found = next((m for m in same.superseded if m.fact_key == data.key and m.valid_from == start), None)
     if found is not None or same.complete:
         return found
-    return (Memory.objects.filter(namespace=data.namespace, checksum=prep.checksum, archived=False, thread__isnull=True,
-                                  superseded_by__isnull=False, fact_key=data.key, valid_from=start)
-            .defer("embedding").first())
+    return _live_facts(data.namespace, prep.checksum).filter(superseded_by__isnull=False, fact_key=data.key,
+                                                            valid_from=start).first()
 
 
 def _wants_tier_change(prep: Prepared, memory: Memory) -> bool:

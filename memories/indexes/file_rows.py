@@ -50,8 +50,8 @@ def _compiled_allowed() -> bool:
 
 def prepare_compiled() -> None:
     """Start loading the compiled gather on a background thread (once a process)."""
-    if _compiled_allowed() and LOADER.state == "idle":
-        LOADER.start(_load_kernel)
+    if _compiled_allowed():
+        LOADER.start(_load_kernel)  # once: a loader that is not idle ignores it
 
 
 def _load_kernel() -> ModuleType:

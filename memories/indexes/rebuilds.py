@@ -70,7 +70,7 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
     paused_s: float = 0.0  # time given way to searches answered around it
-    first_wait_s: float = 0.0  # of which before the first read (not charged to the pauses' budget)
+    between_chunks_s: float = 0.0  # of which between chunks (the first read's wait is not in the pauses' budget)
 
     @property
     def elapsed_s(self) -> float:
@@ -153,6 +153,7 @@ _ANSWERING = 0  # searches answered around a rebuild, under way now
 _ANSWERING_LOCK = threading.Lock()
 _NONE_ANSWERING = threading.Event()
 _NONE_ANSWERING.set()
+_SOME_ANSWERING = threading.Event()  # the mirror of _NONE_ANSWERING, for the first read to wait on
 
 
 @contextlib.contextmanager
@@ -163,12 +164,14 @@ def answering_around() -> Iterator[None]:
     with _ANSWERING_LOCK:
         _ANSWERING += 1
         _NONE_ANSWERING.clear()
+        _SOME_ANSWERING.set()
     try:
         yield
     finally:
         with _ANSWERING_LOCK:
             _ANSWERING -= 1
             if _ANSWERING == 0:
+                _SOME_ANSWERING.clear()
                 _NONE_ANSWERING.set()
 
 
@@ -180,15 +183,11 @@ def before_reading(progress: Progress) -> None:
     apart from the budget of the pauses between chunks. The search begins its answer as soon as
     it leaves the index's lock; a rebuild that no search answers around (its starter took the
     rows read so far) waits ``STARTER_GRACE_S`` for nothing."""
-    deadline = time.monotonic() + STARTER_GRACE_S
-    while _NONE_ANSWERING.is_set() and not _STOP.is_set() and time.monotonic() < deadline:
-        time.sleep(0.002)
-    if _NONE_ANSWERING.is_set() or _STOP.is_set():
+    if not _SOME_ANSWERING.wait(STARTER_GRACE_S) or _STOP.is_set():
         return
     started = time.monotonic()
     _NONE_ANSWERING.wait(policy.give_way_s)
-    progress.first_wait_s = time.monotonic() - started
-    progress.paused_s += progress.first_wait_s
+    progress.paused_s += time.monotonic() - started
 
 
 def _give_way(progress: Progress) -> None:
@@ -196,12 +195,14 @@ def _give_way(progress: Progress) -> None:
     if _NONE_ANSWERING.is_set() or _STOP.is_set():
         return
     running = time.monotonic() - progress.started - progress.paused_s
-    budget = policy.give_way_s + policy.give_way_share * running - (progress.paused_s - progress.first_wait_s)
+    budget = policy.give_way_s + policy.give_way_share * running - progress.between_chunks_s
     if budget <= 0:
         return
     started = time.monotonic()
     _NONE_ANSWERING.wait(budget)
-    progress.paused_s += time.monotonic() - started
+    paused = time.monotonic() - started
+    progress.paused_s += paused
+    progress.between_chunks_s += paused
 
 
 def wait(timeout: float | None = None) -> bool:
@@ -227,6 +228,7 @@ def progress() -> list[dict[str, Any]]:
 def _stop_all() -> None:
     _STOP.set()
     _NONE_ANSWERING.set()  # a rebuild pausing for a search stops now
+    _SOME_ANSWERING.set()  # and one waiting for its starter's answer
     with _THREADS_LOCK:
         threads = list(_THREADS)
     for thread in threads:
